@@ -1,0 +1,89 @@
+/* GGUF reader (v2/v3): mmap, metadata of every type (nested arrays included), tensor infos.
+ *
+ * The file is hostile input. gguf_open validates everything once: every length, count,
+ * offset and dimension is bounds- and overflow-checked, tensor data must lie inside the
+ * file, be aligned and not overlap another tensor, types must be known and ne[0] a
+ * multiple of the type's block. After a successful open, every pointer handed out is
+ * inside the mapping and every size is consistent, so model code can trust the shapes. */
+#ifndef LS_FORMAT_GGUF_H
+#define LS_FORMAT_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    GGUF_VT_U8 = 0, GGUF_VT_I8 = 1, GGUF_VT_U16 = 2, GGUF_VT_I16 = 3, GGUF_VT_U32 = 4, GGUF_VT_I32 = 5,
+    GGUF_VT_F32 = 6, GGUF_VT_BOOL = 7, GGUF_VT_STRING = 8, GGUF_VT_ARRAY = 9, GGUF_VT_U64 = 10,
+    GGUF_VT_I64 = 11, GGUF_VT_F64 = 12,
+} gguf_vtype;
+
+typedef struct {
+    const char *ptr; /* inside the mapping, NOT NUL-terminated */
+    uint64_t len;
+} gguf_str;
+
+/* One metadata value. Scalars are decoded; strings point into the mapping; arrays keep
+ * their element type, count and a pointer to the raw elements (for arrays of strings and
+ * nested arrays, use gguf_arr_str / gguf_arr_sub, which walk pre-validated offsets). */
+typedef struct gguf_value gguf_value;
+struct gguf_value {
+    gguf_vtype type;
+    union {
+        uint64_t u; /* U8..U64, BOOL */
+        int64_t i;  /* I8..I64 */
+        double f;   /* F32, F64 */
+        gguf_str s; /* STRING */
+        struct {
+            gguf_vtype elem;
+            uint64_t count;
+            const uint8_t *data;      /* raw little-endian elements (fixed-size element types) */
+            const gguf_value *items;  /* decoded elements for STRING and ARRAY element types, else NULL */
+        } arr;
+    } v;
+};
+
+typedef struct {
+    gguf_str key;
+    gguf_value value;
+} gguf_kv;
+
+typedef struct {
+    char *name;       /* NUL-terminated copy */
+    uint32_t type;    /* ggml type id (see kernels/types.h) */
+    int n_dims;       /* 1..4 */
+    int64_t ne[4];    /* innermost first; unused dims are 1 */
+    uint64_t offset;  /* relative to the data section */
+    const void *data; /* inside the mapping */
+    uint64_t nbytes;
+} gguf_tensor;
+
+typedef struct gguf_file gguf_file;
+
+/* Open and validate. On failure returns non-zero, *out = NULL, and writes a message naming
+ * the problem (e.g. "tensor 'blk.0.attn_q.weight': data [off, end) past end of file (size N)"). */
+int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen);
+/* Same, over caller-owned memory (kept referenced; used by the fuzzer and tests). */
+int gguf_open_memory(const void *data, size_t size, gguf_file **out, char *err, size_t errlen);
+void gguf_close(gguf_file *f);
+
+uint32_t gguf_version(const gguf_file *f);
+uint64_t gguf_n_kv(const gguf_file *f);
+const gguf_kv *gguf_kv_at(const gguf_file *f, uint64_t i);
+const gguf_value *gguf_find(const gguf_file *f, const char *key); /* NULL if absent */
+
+/* Typed getters: return 0 on success, -1 if absent, -2 if present with an incompatible type
+ * or a value out of range for the requested type. Integer getters accept any integer type
+ * whose value fits; gguf_get_f32 accepts F32/F64 (and integers). */
+int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+int gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
+int gguf_get_f32(const gguf_file *f, const char *key, float *out);
+int gguf_get_bool(const gguf_file *f, const char *key, int *out);
+int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
+/* Array: on success *out is the array value (type GGUF_VT_ARRAY). */
+int gguf_get_arr(const gguf_file *f, const char *key, const gguf_value **out);
+
+uint64_t gguf_n_tensors(const gguf_file *f);
+const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name); /* NULL if absent */
+
+#endif

@@ -1,0 +1,52 @@
+/* CPU kernels: activation quantization, batch-invariant dot products and the matmul
+ * driver. Every function here gives bit-identical results for a row whatever the batch
+ * size M or the thread count (speculative.md sections 1-2), and the AVX2 paths give the
+ * same bits as the scalar reference (tests memcmp them).
+ *
+ * The fixed reduction order for quantized types: per block, an exact integer dot product
+ * (integer sums are exact in any order); across blocks, one float accumulator updated in
+ * block order: acc = fmaf(d_w * d_a, (float)isum, acc) (plus the min/offset term where
+ * the type has one, in a fixed order documented in the kernel). */
+#ifndef LS_KERNELS_CPU_KERNELS_H
+#define LS_KERNELS_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/threads.h"
+#include "kernels/types.h"
+
+typedef enum { LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1 } ls_isa;
+
+/* Best ISA this CPU supports (runtime check), clamped by LOCKSTEP_ISA=scalar if set. */
+ls_isa ls_cpu_isa(void);
+
+/* Quantize (or copy) one activation row of k floats to act_type (LS_TYPE_Q8_0, LS_TYPE_Q8_K
+ * or LS_TYPE_F32); dst must hold ls_row_size(act_type, k) bytes. */
+void ls_quantize_act_row(ls_type act_type, const float *x, void *dst, int64_t k);
+
+/* dot(weight row of type wt, activation row already in ls_type_get(wt)->act_type), k elements. */
+typedef float (*ls_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row);
+/* The kernel for (wt, isa); falls back to scalar if isa has none; NULL if wt unsupported. */
+ls_vec_dot_fn ls_vec_dot_get(ls_type wt, ls_isa isa);
+
+/* Fixed-order float dot products (8 lanes, fma per lane, fixed horizontal tree), used by
+ * attention and float weights. n is any length (tail handled in a fixed order too). */
+float ls_dot_f32(const float *a, const float *b, int64_t n);
+float ls_dot_f16_f32(const uint16_t *a_f16, const float *b, int64_t n);
+
+/* Y[m][n] = dot(W row n, X row m) for m < M, n < N.
+ *   W: N rows of K elements of type wt (row stride ls_row_size(wt, K)).
+ *   X: M rows of K floats (row stride x_stride floats). Y: row stride y_stride floats.
+ *   scratch: at least ls_matmul_scratch_size(wt, K, M) bytes (holds quantized activations).
+ * Threads split N (output columns); each Y element is computed by the same dot function
+ * with the same inputs regardless of M or thread count. Weight rows are read once per tile
+ * of activation rows (weight-stationary), which does not change any row's sums. */
+size_t ls_matmul_scratch_size(ls_type wt, int64_t K, int64_t M);
+void ls_matmul(ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X, int64_t x_stride,
+               int64_t M, float *Y, int64_t y_stride, void *scratch);
+
+/* Gather rows of a (possibly quantized) table into floats: dst[i] = dequant(table row ids[i]). */
+void ls_get_rows(ls_type t, const void *table, int64_t row_elems, const int32_t *ids, int64_t n, float *dst);
+
+#endif

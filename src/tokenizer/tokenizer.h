@@ -1,0 +1,62 @@
+/* Tokenizer: SentencePiece-style (GGUF tokenizer.ggml.model = "llama", as Gemma 3 ships it)
+ * with byte fallback and special tokens, plus a streaming detokenizer that never emits half
+ * a UTF-8 code point, and the Gemma 3 chat template. Built from GGUF metadata. */
+#ifndef LS_TOKENIZER_TOKENIZER_H
+#define LS_TOKENIZER_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/gguf.h"
+
+typedef struct ls_tokenizer ls_tokenizer;
+
+/* Build from GGUF metadata (tokenizer.ggml.*). Non-zero + message on bad/missing data. */
+int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, size_t errlen);
+void ls_tokenizer_free(ls_tokenizer *t);
+
+int32_t ls_tokenizer_n_vocab(const ls_tokenizer *t);
+int32_t ls_tokenizer_bos(const ls_tokenizer *t);
+int32_t ls_tokenizer_eos(const ls_tokenizer *t);
+bool ls_tokenizer_add_bos(const ls_tokenizer *t);
+/* True for tokens that end generation (EOS, <end_of_turn>). */
+bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id);
+/* Id of a token by its exact text (e.g. "<end_of_turn>"), or -1. */
+int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *text);
+
+/* Encode len bytes of text. add_bos prepends BOS. parse_special: text such as "<start_of_turn>"
+ * that spells a control/user-defined token becomes that token (otherwise it is plain text).
+ * Writes up to cap ids to out and returns the total count (may exceed cap: call again with a
+ * larger buffer), or -1 on error. */
+int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
+                    int32_t *out, int64_t cap);
+
+/* The raw bytes a token stands for (byte-fallback tokens give their single byte; control
+ * tokens give their text only if render_special, else nothing). Returns byte count written
+ * (<= cap), or the needed size if cap is too small (nothing written then), -1 on bad id. */
+int ls_token_to_bytes(const ls_tokenizer *t, int32_t id, bool render_special, char *buf, int cap);
+
+/* Streaming detokenizer: push token ids, get only complete UTF-8 sequences out. */
+typedef struct {
+    char pending[8];
+    int n_pending;
+} ls_detok_state;
+/* Appends the newly completed text for `id` to out (cap bytes) and returns bytes written
+ * (-1 if cap too small). Incomplete UTF-8 sequences are held back until complete; invalid
+ * sequences are flushed as U+FFFD. */
+int ls_detok_push(const ls_tokenizer *t, ls_detok_state *st, int32_t id, bool render_special, char *out, int cap);
+/* Flush whatever is held back at end of stream (invalid tail -> U+FFFD). */
+int ls_detok_flush(ls_detok_state *st, char *out, int cap);
+
+/* Chat template. Roles: "system", "user", "assistant" (or "model"). */
+typedef struct {
+    const char *role;
+    const char *content;
+} ls_chat_msg;
+/* Renders the Gemma 3 template (system text folded into the first user turn) with the
+ * generation prompt "<start_of_turn>model\n" appended when add_generation_prompt. Returns
+ * a malloc'ed NUL-terminated string (caller frees), NULL + message on error. Includes "<bos>". */
+char *ls_chat_render_gemma3(const ls_chat_msg *msgs, int n, bool add_generation_prompt, char *err, size_t errlen);
+
+#endif
