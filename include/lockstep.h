@@ -1,4 +1,141 @@
-/* lockstep public API (work in progress; see src/ for the engine). */
+/* lockstep: an LLM inference engine whose speculative decoding never changes a byte of
+ * what the model says. This is the whole public API; the CLI and the server use nothing
+ * else.
+ *
+ * Objects and lifetimes:
+ *   ls_model    immutable weights (mmapped) + tokenizer + config, shared by sessions;
+ *   ls_session  one sequence: KV cache, position, scratch buffers, a thread pool;
+ *   ls_sampler  sampling settings; token choice is a pure function of (logits row, history,
+ *               seed, absolute position), so any decoding schedule picks the same tokens.
+ * Errors: functions return 0 (LS_OK) or a negative code, and write a message into the
+ * caller's err buffer. Nothing here exits or aborts on bad input. */
 #ifndef LOCKSTEP_H
 #define LOCKSTEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { LS_OK = 0, LS_ERR = -1, LS_ERR_NOMEM = -2, LS_ERR_CONTEXT = -3, LS_ERR_ARG = -4 };
+
+typedef struct ls_model ls_model;
+typedef struct ls_session ls_session;
+
+/* ---- model ---------------------------------------------------------------------- */
+
+int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen);
+void ls_model_close(ls_model *m);
+
+typedef struct {
+    const char *arch;       /* "gemma3" */
+    const char *name;       /* general.name or "" */
+    int32_t n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff;
+    int32_t n_ctx_train, sliding_window;
+    int64_t n_params;       /* elements over all weight tensors */
+    uint64_t weight_bytes;  /* bytes of all weight tensors */
+} ls_model_info;
+void ls_model_get_info(const ls_model *m, ls_model_info *info);
+
+/* ---- tokenizer ------------------------------------------------------------------ */
+
+/* Returns the number of ids (may exceed cap; call again with a bigger buffer), < 0 on error. */
+int64_t ls_model_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
+                    int64_t cap);
+/* Render a chat (roles system/user/assistant) with the model's template + generation prompt;
+ * malloc'ed string, caller frees; NULL + err on bad input. */
+typedef struct {
+    const char *role;
+    const char *content;
+} ls_message;
+char *ls_chat_apply(const ls_model *m, const ls_message *msgs, int n, char *err, size_t errlen);
+bool ls_token_is_eog(const ls_model *m, int32_t id);
+int32_t ls_token_bos(const ls_model *m);
+
+/* Streaming detokenizer: appends only complete UTF-8 to out; returns bytes written or -1. */
+typedef struct {
+    char pending[8];
+    int n_pending;
+} ls_detok;
+int ls_detok_token(const ls_model *m, ls_detok *st, int32_t id, char *out, int cap);
+int ls_detok_finish(ls_detok *st, char *out, int cap);
+
+/* ---- sessions and forward passes ------------------------------------------------ */
+
+typedef struct {
+    int32_t n_ctx;     /* context length; 0 = the model's training context */
+    int32_t n_threads; /* 0 = all cores */
+    int32_t n_batch;   /* most rows in one forward (prefill chunk, verify block); 0 = 512 */
+} ls_session_params;
+ls_session_params ls_session_default_params(void);
+
+/* Allocates the whole KV cache and every buffer up front; a clear LS_ERR_NOMEM message if it
+ * does not fit. */
+int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out, char *err, size_t errlen);
+void ls_session_free(ls_session *s);
+int32_t ls_session_n_ctx(const ls_session *s);
+int32_t ls_session_pos(const ls_session *s); /* tokens in the cache */
+int32_t ls_session_n_vocab(const ls_session *s);
+int32_t ls_session_n_batch(const ls_session *s);
+const ls_model *ls_session_model(const ls_session *s);
+
+/* Run n tokens (n <= n_batch) at positions pos..pos+n-1, appending to the KV cache.
+ * Logits (float32, n_vocab per row) are written for rows [logits_from, n) into `logits`
+ * (row 0 of `logits` is row logits_from); logits may be NULL to compute none. Every row's
+ * result is bit-identical whatever n, the chunking or the thread count. */
+int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
+                    size_t errlen);
+/* Forget every position >= pos (rollback). */
+int ls_session_truncate(ls_session *s, int32_t pos);
+
+/* ---- sampling ------------------------------------------------------------------- */
+
+typedef struct {
+    float temperature;        /* <= 0: greedy */
+    int32_t top_k;            /* <= 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repeat_penalty;     /* 1: off */
+    int32_t repeat_last_n;    /* window of history the penalties look at; -1 = all */
+    float frequency_penalty;  /* 0: off */
+    float presence_penalty;   /* 0: off */
+    uint64_t seed;
+} ls_sampling;
+ls_sampling ls_sampling_default(void);
+
+/* Choose the token for absolute position `pos` from one logits row. history = the tokens at
+ * positions [0, pos) (prompt + generated). Pure function: same inputs, same token. */
+int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos);
+
+/* ---- generation ----------------------------------------------------------------- */
+
+typedef struct {
+    int32_t n_predict;  /* max new tokens; < 0: until EOS or context end */
+    bool ignore_eos;
+    ls_sampling sampling;
+} ls_gen_params;
+
+typedef struct {
+    int32_t n_prompt, n_generated;
+    double prefill_ms, decode_ms;
+    const char *stop_reason; /* "eos", "length", "context" */
+} ls_gen_stats;
+
+/* Called with each newly completed UTF-8 text chunk; return false to stop. */
+typedef bool (*ls_text_cb)(const char *text, size_t len, void *ud);
+
+int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp, ls_text_cb cb,
+                void *ud, ls_gen_stats *stats, char *err, size_t errlen);
+
+/* ---- misc ----------------------------------------------------------------------- */
+const char *ls_version(void);
+const char *ls_backend_name(void); /* e.g. "cpu-avx2" */
+void ls_set_log_level(int level);  /* 0 debug, 1 info, 2 warn, 3 error, 4 none */
+
+#ifdef __cplusplus
+}
+#endif
 #endif

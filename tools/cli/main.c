@@ -1,11 +1,39 @@
-/* lockstep CLI entry point (placeholder until the subcommands land). */
+/* lockstep CLI: dispatches to the subcommands. */
 #include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lockstep <command> [options]\n"
+            "commands:\n"
+            "  run       generate text            (lockstep run -h)\n"
+            "  tokenize  print token ids          (lockstep tokenize -h)\n"
+            "  logits    dump float32 logits      (lockstep logits -h)\n"
+            "  bench     prefill/decode tok/s     (lockstep bench -h)\n"
+            "  version   print the version\n");
+}
 
 int main(int argc, char **argv) {
-    (void)argv;
     if (argc < 2) {
-        fprintf(stderr, "usage: lockstep <run|tokenize|logits|bench> [options]\n");
-        return 2;
+        usage(stderr);
+        return CLI_USAGE;
     }
-    return 2;
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("lockstep %s (%s)\n", ls_version(), ls_backend_name());
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    fprintf(stderr, "lockstep: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return CLI_USAGE;
 }

@@ -1,0 +1,161 @@
+/* Sampling: penalties, then greedy or top-k -> top-p -> min-p -> temperature -> draw
+ * (llama.cpp's default order). The draw uses ls_uniform(seed, pos), so the chosen token is
+ * a pure function of (logits row, history, settings, seed, position): any schedule that
+ * produces the same logits row for a position picks the same token there. Ties are broken
+ * towards the lower token id everywhere, so the result never depends on sort stability. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/rng.h"
+#include "lockstep.h"
+
+ls_sampling ls_sampling_default(void) {
+    ls_sampling s = {
+        .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.0f,
+        .repeat_last_n = 64, .frequency_penalty = 0.0f, .presence_penalty = 0.0f, .seed = 0,
+    };
+    return s;
+}
+
+typedef struct {
+    int32_t id;
+    float logit;
+    float p;
+} cand;
+
+static int cand_cmp(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+static int i32_cmp(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static bool penalties_on(const ls_sampling *sp) {
+    return sp->repeat_penalty != 1.0f || sp->frequency_penalty != 0.0f || sp->presence_penalty != 0.0f;
+}
+
+/* Apply repetition / frequency / presence penalties (llama.cpp semantics) to the tokens of
+ * the last repeat_last_n history entries, in the copy `l`. */
+static void apply_penalties(const ls_sampling *sp, float *l, int32_t n_vocab, const int32_t *hist, int32_t pos) {
+    int32_t n = sp->repeat_last_n < 0 ? pos : (sp->repeat_last_n < pos ? sp->repeat_last_n : pos);
+    if (n <= 0) return;
+    int32_t *w = malloc(sizeof(int32_t) * (size_t)n);
+    if (!w) return;
+    memcpy(w, hist + (pos - n), sizeof(int32_t) * (size_t)n);
+    qsort(w, (size_t)n, sizeof(int32_t), i32_cmp);
+    for (int32_t i = 0; i < n;) {
+        int32_t t = w[i], cnt = 0;
+        while (i < n && w[i] == t) i++, cnt++;
+        if (t < 0 || t >= n_vocab) continue;
+        float v = l[t];
+        v = v <= 0 ? v * sp->repeat_penalty : v / sp->repeat_penalty;
+        v -= (float)cnt * sp->frequency_penalty + sp->presence_penalty;
+        l[t] = v;
+    }
+    free(w);
+}
+
+static int32_t argmax(const float *l, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+/* Keep the k best of n logits in c[0..k) sorted (descending logit, ascending id). */
+static int32_t select_top(const float *l, int32_t n, int32_t k, cand *c) {
+    int32_t m = 0;
+    if (k >= n) {
+        for (int32_t i = 0; i < n; i++) c[m++] = (cand){i, l[i], 0};
+        qsort(c, (size_t)m, sizeof(cand), cand_cmp);
+        return m;
+    }
+    /* Insertion into a sorted array of k: O(n k) worst case but k is small (~40) and most
+     * logits fail the first comparison against the current k-th best. */
+    for (int32_t i = 0; i < n; i++) {
+        cand x = {i, l[i], 0};
+        if (m == k && cand_cmp(&x, &c[k - 1]) >= 0) continue;
+        int32_t j = m < k ? m++ : k - 1;
+        while (j > 0 && cand_cmp(&x, &c[j - 1]) < 0) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = x;
+    }
+    return m;
+}
+
+static void softmax(cand *c, int32_t n, float temp) {
+    float mx = c[0].logit, sum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        c[i].p = expf((c[i].logit - mx) / temp);
+        sum += c[i].p;
+    }
+    for (int32_t i = 0; i < n; i++) c[i].p /= sum;
+}
+
+int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos) {
+    const float *l = logits;
+    float *copy = NULL;
+    if (penalties_on(sp) && history && pos > 0) {
+        copy = malloc(sizeof(float) * (size_t)n_vocab);
+        if (copy) {
+            memcpy(copy, logits, sizeof(float) * (size_t)n_vocab);
+            apply_penalties(sp, copy, n_vocab, history, pos);
+            l = copy;
+        }
+    }
+    int32_t tok;
+    if (sp->temperature <= 0.0f) {
+        tok = argmax(l, n_vocab);
+        free(copy);
+        return tok;
+    }
+    int32_t k = sp->top_k > 0 && sp->top_k < n_vocab ? sp->top_k : n_vocab;
+    cand *c = malloc(sizeof(cand) * (size_t)k);
+    if (!c) { /* cannot sample without memory: fall back to the most likely token */
+        tok = argmax(l, n_vocab);
+        free(copy);
+        return tok;
+    }
+    int32_t n = select_top(l, n_vocab, k, c);
+    if (sp->top_p < 1.0f) {
+        softmax(c, n, 1.0f);
+        float cum = 0;
+        int32_t keep = n;
+        for (int32_t i = 0; i < n; i++) {
+            cum += c[i].p;
+            if (cum >= sp->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (sp->min_p > 0.0f && n > 1) {
+        softmax(c, n, 1.0f);
+        float thr = c[0].p * sp->min_p;
+        int32_t keep = 1;
+        while (keep < n && c[keep].p >= thr) keep++;
+        n = keep;
+    }
+    softmax(c, n, sp->temperature);
+    float u = ls_uniform(sp->seed, pos, 0);
+    float cum = 0;
+    tok = c[n - 1].id;
+    for (int32_t i = 0; i < n; i++) {
+        cum += c[i].p;
+        if (u < cum) {
+            tok = c[i].id;
+            break;
+        }
+    }
+    free(c);
+    free(copy);
+    return tok;
+}

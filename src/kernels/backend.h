@@ -1,0 +1,74 @@
+/* The backend interface between model code and kernels.
+ *
+ * Model code (src/model) describes a forward pass as a sequence of these ops over
+ * row-major float activations [m rows x width]; a backend implements them. Every op must
+ * keep the bitwise contract of speculative.md section 1: row i of the output depends only
+ * on row i of the inputs (and, for attention, on the cache contents it may see), never on
+ * m, on the thread count, or on other rows. Slots are few on purpose (style.md #6); a
+ * NULL slot means "not supported". The CPU backend lives in kernels/cpu. */
+#ifndef LS_KERNELS_BACKEND_H
+#define LS_KERNELS_BACKEND_H
+
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+/* A weight matrix W [rows x cols] (y = W x), stored row-major in `type` blocks. */
+typedef struct {
+    ls_type type;
+    const void *data;
+    int64_t rows, cols;
+    uint64_t row_bytes;
+} ls_weight;
+
+/* Attention over a chronological KV cache. Keys/values are float16, slot s holding the
+ * absolute position first_pos + s; each slot has n_kv heads of hd elements. Query row i
+ * (absolute position q_pos[i]) reduces over exactly the keys it may see, in position
+ * order: [max(0, q_pos[i] - window + 1), q_pos[i]] (window 0 = all earlier keys). */
+typedef struct {
+    const float *q;      /* [m][n_head * hd] (already normed and rotated, NOT scaled) */
+    float *out;          /* [m][n_head * hd] */
+    const uint16_t *k;   /* [slots][n_kv * hd] f16 */
+    const uint16_t *v;   /* [slots][n_kv * hd] f16 */
+    int64_t m;
+    int32_t n_head, n_kv, hd;
+    const int32_t *q_pos; /* [m] */
+    int32_t first_pos;    /* absolute position of slot 0 */
+    int32_t n_slots;      /* filled slots */
+    int32_t window;       /* 0 = full attention */
+    float scale;          /* applied to q.k */
+} ls_attn_args;
+
+typedef struct ls_backend ls_backend;
+
+typedef struct {
+    const char *name;
+    /* y[m][w->rows] = W x[m][w->cols] */
+    void (*matmul)(ls_backend *be, const ls_weight *w, const float *x, int64_t m, float *y);
+    /* dst[i][cols] = row ids[i] of the table, dequantized */
+    void (*get_rows)(ls_backend *be, const ls_weight *table, const int32_t *ids, int64_t n, float *dst);
+    /* In place, each of m rows of n: x = x / sqrt(mean(x^2) + eps) * w (w NULL: no weight). */
+    void (*rmsnorm)(ls_backend *be, float *x, const float *w, int64_t m, int64_t n, float eps);
+    /* In place NeoX (rotate-half) RoPE on m rows of n_heads heads of hd, rotating the first
+     * n_rot dims, row i at absolute position pos[i]. */
+    void (*rope)(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_rot, const int32_t *pos,
+                 float theta_base);
+    void (*attention)(ls_backend *be, const ls_attn_args *a);
+    /* gate[i] = gelu_tanh(gate[i]) * up[i] for i < n */
+    void (*gelu_mul)(ls_backend *be, float *gate, const float *up, int64_t n);
+    /* x[i] += y[i] for i < n */
+    void (*add)(ls_backend *be, float *x, const float *y, int64_t n);
+    void (*free)(ls_backend *be);
+} ls_backend_ops;
+
+struct ls_backend {
+    const ls_backend_ops *ops;
+    void *impl;
+};
+
+/* CPU backend: n_threads workers; max_rows/max_cols bound the matmul inputs it will see,
+ * max_keys the longest attention reduction (the context length). NULL on failure. */
+ls_backend *ls_backend_cpu_create(int n_threads, int64_t max_rows, int64_t max_cols, int64_t max_keys);
+const char *ls_backend_cpu_isa_name(void);
+
+#endif

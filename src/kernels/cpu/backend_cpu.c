@@ -1,0 +1,228 @@
+/* CPU backend: implements the ops of kernels/backend.h with the batch-invariant CPU
+ * kernels (cpu_kernels.h) and a thread pool. Every op splits rows, heads or output
+ * columns across threads and never a reduction, so results do not depend on the thread
+ * count or on how many rows share the call. All scratch is allocated at creation: the
+ * decode path allocates nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/f16.h"
+#include "core/log.h"
+#include "core/threads.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/axpy.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+typedef struct {
+    ls_pool *pool;
+    void *mm_scratch; /* quantized activations for one matmul */
+    size_t mm_scratch_size;
+    float *scores;    /* [n_threads][max_keys] attention scores */
+    int64_t max_keys;
+} cpu_impl;
+
+static cpu_impl *impl_of(ls_backend *be) { return (cpu_impl *)be->impl; }
+
+/* ---- matmul / get_rows --------------------------------------------------------- */
+
+static void cpu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, float *y) {
+    cpu_impl *c = impl_of(be);
+    LS_ASSERT(ls_matmul_scratch_size(w->type, w->cols, m) <= c->mm_scratch_size);
+    ls_matmul(c->pool, w->type, w->data, w->rows, w->cols, x, w->cols, m, y, w->rows, c->mm_scratch);
+}
+
+static void cpu_get_rows(ls_backend *be, const ls_weight *t, const int32_t *ids, int64_t n, float *dst) {
+    (void)be;
+    ls_get_rows(t->type, t->data, t->cols, ids, n, dst);
+}
+
+/* ---- rmsnorm --------------------------------------------------------------------- */
+
+typedef struct {
+    float *x;
+    const float *w;
+    int64_t m, n;
+    float eps;
+} rms_job;
+
+static void rms_row(float *x, const float *w, int64_t n, float eps) {
+    /* Sum of squares in the fixed order of ls_dot_f32; then one scale per row. */
+    float ss = ls_dot_f32(x, x, n);
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    if (w)
+        for (int64_t i = 0; i < n; i++) x[i] = (x[i] * scale) * w[i];
+    else
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] * scale;
+}
+
+static void rms_worker(void *arg, int ith, int nth) {
+    rms_job *j = arg;
+    long b, e;
+    ls_split(j->m, ith, nth, &b, &e);
+    for (long r = b; r < e; r++) rms_row(j->x + r * j->n, j->w, j->n, j->eps);
+}
+
+static void cpu_rmsnorm(ls_backend *be, float *x, const float *w, int64_t m, int64_t n, float eps) {
+    rms_job j = {x, w, m, n, eps};
+    if (m * n < 16384)
+        rms_worker(&j, 0, 1);
+    else
+        ls_pool_run(impl_of(be)->pool, rms_worker, &j);
+}
+
+/* ---- rope ------------------------------------------------------------------------ */
+
+static void cpu_rope(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_rot,
+                     const int32_t *pos, float theta_base) {
+    (void)be;
+    int32_t half = n_rot / 2;
+    float cs[512], sn[512];
+    LS_ASSERT(half <= 512);
+    for (int64_t r = 0; r < m; r++) {
+        /* Angles from the absolute position alone (no incremental rotation), so a row
+         * rotates identically in any batch. */
+        for (int32_t j = 0; j < half; j++) {
+            double inv = pow((double)theta_base, -2.0 * j / (double)n_rot);
+            double ang = (double)pos[r] * (double)(float)inv;
+            cs[j] = (float)cos(ang);
+            sn[j] = (float)sin(ang);
+        }
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = x + (r * n_heads + h) * (int64_t)hd;
+            for (int32_t j = 0; j < half; j++) {
+                float a = v[j], b = v[j + half];
+                v[j] = a * cs[j] - b * sn[j];
+                v[j + half] = b * cs[j] + a * sn[j];
+            }
+        }
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+typedef struct {
+    const ls_attn_args *a;
+    cpu_impl *c;
+} attn_job;
+
+/* One (query row, head): exact two-pass softmax over the visible keys in position order. */
+static void attn_one(const ls_attn_args *a, int64_t r, int32_t h, float *scores) {
+    int32_t hd = a->hd, group = a->n_head / a->n_kv, kvh = h / group;
+    int32_t p = a->q_pos[r];
+    int32_t lo = 0;
+    if (a->window > 0 && p - a->window + 1 > lo) lo = p - a->window + 1;
+    LS_ASSERT(lo >= a->first_pos && p - a->first_pos < a->n_slots);
+    const float *q = a->q + (r * a->n_head + h) * (int64_t)hd;
+    float *out = a->out + (r * a->n_head + h) * (int64_t)hd;
+    int64_t kv_stride = (int64_t)a->n_kv * hd;
+    int32_t n = p - lo + 1;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        const uint16_t *k = a->k + (int64_t)(lo + i - a->first_pos) * kv_stride + (int64_t)kvh * hd;
+        float s = ls_dot_f16_f32(k, q, hd) * a->scale;
+        scores[i] = s;
+        if (s > mx) mx = s;
+    }
+    float sum = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        scores[i] = expf(scores[i] - mx);
+        sum += scores[i];
+    }
+    memset(out, 0, sizeof(float) * (size_t)hd);
+    for (int32_t i = 0; i < n; i++) {
+        const uint16_t *v = a->v + (int64_t)(lo + i - a->first_pos) * kv_stride + (int64_t)kvh * hd;
+        ls_axpy_f16(out, scores[i], v, hd);
+    }
+    float inv = 1.0f / sum;
+    for (int32_t d = 0; d < hd; d++) out[d] *= inv;
+}
+
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    const ls_attn_args *a = j->a;
+    float *scores = j->c->scores + (int64_t)ith * j->c->max_keys;
+    long b, e;
+    ls_split((long)(a->m * a->n_head), ith, nth, &b, &e);
+    for (long t = b; t < e; t++) attn_one(a, t / a->n_head, (int32_t)(t % a->n_head), scores);
+}
+
+static void cpu_attention(ls_backend *be, const ls_attn_args *a) {
+    attn_job j = {a, impl_of(be)};
+    ls_pool_run(impl_of(be)->pool, attn_worker, &j);
+}
+
+/* ---- elementwise ----------------------------------------------------------------- */
+
+static void cpu_gelu_mul(ls_backend *be, float *g, const float *u, int64_t n) {
+    (void)be;
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        float gx = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+        g[i] = gx * u[i];
+    }
+}
+
+static void cpu_add(ls_backend *be, float *x, const float *y, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void cpu_free(ls_backend *be) {
+    if (!be) return;
+    cpu_impl *c = impl_of(be);
+    if (c) {
+        ls_pool_free(c->pool);
+        free(c->mm_scratch);
+        free(c->scores);
+        free(c);
+    }
+    free(be);
+}
+
+static const ls_backend_ops cpu_ops = {
+    .name = "cpu",
+    .matmul = cpu_matmul,
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .gelu_mul = cpu_gelu_mul,
+    .add = cpu_add,
+    .free = cpu_free,
+};
+
+ls_backend *ls_backend_cpu_create(int n_threads, int64_t max_rows, int64_t max_cols, int64_t max_keys) {
+    ls_backend *be = calloc(1, sizeof *be);
+    cpu_impl *c = calloc(1, sizeof *c);
+    if (!be || !c) goto fail;
+    be->ops = &cpu_ops;
+    be->impl = c;
+    c->pool = ls_pool_create(n_threads);
+    if (!c->pool) goto fail;
+    /* Largest activation format is F32 (4 bytes/element); quantized formats are smaller. */
+    int64_t kpad = (max_cols + LS_QK_K - 1) / LS_QK_K * LS_QK_K;
+    size_t need = ls_matmul_scratch_size(LS_TYPE_F32, kpad, max_rows);
+    size_t q8k = ls_matmul_scratch_size(LS_TYPE_Q4_K, kpad, max_rows);
+    size_t q80 = ls_matmul_scratch_size(LS_TYPE_Q8_0, kpad, max_rows);
+    if (q8k > need) need = q8k;
+    if (q80 > need) need = q80;
+    c->mm_scratch_size = need;
+    c->mm_scratch = aligned_alloc(64, (need + 63) / 64 * 64);
+    c->max_keys = max_keys;
+    c->scores = malloc(sizeof(float) * (size_t)max_keys * (size_t)n_threads);
+    if (!c->mm_scratch || !c->scores) goto fail;
+    return be;
+fail:
+    if (be && c) {
+        be->impl = c;
+        cpu_free(be);
+    } else {
+        free(be);
+        free(c);
+    }
+    return NULL;
+}
+
+const char *ls_backend_cpu_isa_name(void) { return ls_cpu_isa() == LS_ISA_AVX2 ? "cpu-avx2" : "cpu-scalar"; }

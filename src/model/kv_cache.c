@@ -1,0 +1,77 @@
+/* Chronological KV cache; see kv_cache.h for the layout and why it is rollback-safe. */
+#include "model/kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+
+uint64_t ls_kv_bytes(int32_t cap, int32_t row) { return 2ull * (uint64_t)cap * (uint64_t)row * sizeof(uint16_t); }
+
+int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window) {
+    memset(c, 0, sizeof *c);
+    size_t half = (size_t)cap * (size_t)row * sizeof(uint16_t);
+    c->k = malloc(half);
+    c->v = malloc(half);
+    if (!c->k || !c->v) {
+        ls_kv_free(c);
+        return -1;
+    }
+    c->cap = cap;
+    c->row = row;
+    c->window = window;
+    return 0;
+}
+
+void ls_kv_free(ls_kv_layer *c) {
+    free(c->k);
+    free(c->v);
+    c->k = c->v = NULL;
+}
+
+int ls_kv_reserve(ls_kv_layer *c, int32_t m) {
+    if (c->n + m <= c->cap) return 0;
+    if (c->window <= 0) return -1;
+    /* The first new row (position end) sees keys from end - window + 1 on; later rows see
+     * strictly later keys. Everything before that can go. */
+    int32_t end = ls_kv_end(c);
+    int32_t keep_from = end - c->window + 1;
+    if (keep_from < c->first_pos) keep_from = c->first_pos;
+    int32_t drop = keep_from - c->first_pos;
+    if (c->n - drop + m > c->cap) return -1;
+    if (drop > 0) {
+        size_t rowb = (size_t)c->row * sizeof(uint16_t);
+        memmove(c->k, c->k + (size_t)drop * c->row, (size_t)(c->n - drop) * rowb);
+        memmove(c->v, c->v + (size_t)drop * c->row, (size_t)(c->n - drop) * rowb);
+        c->first_pos += drop;
+        c->n -= drop;
+    }
+    return 0;
+}
+
+uint16_t *ls_kv_k(ls_kv_layer *c, int32_t pos) {
+    LS_ASSERT(pos >= c->first_pos && pos - c->first_pos < c->cap);
+    return c->k + (size_t)(pos - c->first_pos) * c->row;
+}
+
+uint16_t *ls_kv_v(ls_kv_layer *c, int32_t pos) {
+    LS_ASSERT(pos >= c->first_pos && pos - c->first_pos < c->cap);
+    return c->v + (size_t)(pos - c->first_pos) * c->row;
+}
+
+void ls_kv_commit(ls_kv_layer *c, int32_t end) {
+    LS_ASSERT(end >= c->first_pos && end - c->first_pos <= c->cap);
+    c->n = end - c->first_pos;
+}
+
+int ls_kv_truncate(ls_kv_layer *c, int32_t pos) {
+    if (pos >= ls_kv_end(c)) return 0;
+    if (pos < c->first_pos) {
+        if (pos > 0) return -1; /* the keys needed to resume at pos were compacted away */
+        c->first_pos = 0;       /* a full reset is always possible */
+        c->n = 0;
+        return 0;
+    }
+    c->n = pos - c->first_pos;
+    return 0;
+}

@@ -1,0 +1,137 @@
+/* Session lifecycle: size and allocate the KV cache and every activation buffer up
+ * front (with a clear error when it does not fit), run forward passes, roll back. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/threads.h"
+#include "model/session.h"
+
+ls_session_params ls_session_default_params(void) {
+    ls_session_params p = {.n_ctx = 0, .n_threads = 0, .n_batch = 512};
+    return p;
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or 0 if unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", (unsigned long long *)&kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+static int32_t kv_capacity(const ls_config *c, int32_t n_ctx, int32_t n_batch, bool sliding) {
+    if (!sliding) return n_ctx;
+    /* window + the largest block one forward appends; never more than the context */
+    int64_t cap = (int64_t)c->sliding_window + n_batch;
+    return cap < n_ctx ? (int32_t)cap : n_ctx;
+}
+
+int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out, char *err, size_t errlen) {
+    *out = NULL;
+    const ls_config *c = &m->cfg;
+    ls_session_params dp = ls_session_default_params();
+    if (!p) p = &dp;
+    int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
+    int32_t n_threads = p->n_threads > 0 ? p->n_threads : ls_cpu_count();
+    int32_t n_batch = p->n_batch > 0 ? p->n_batch : 512;
+    if (n_ctx < 1 || n_ctx > (1 << 24)) {
+        snprintf(err, errlen, "context length %d out of range", n_ctx);
+        return LS_ERR_ARG;
+    }
+    if (n_threads > 512) n_threads = 512;
+    if (n_batch > n_ctx) n_batch = n_ctx;
+
+    /* Budget everything before allocating anything. */
+    int64_t d = c->n_embd, qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_head_kv * c->head_dim;
+    uint64_t kv_bytes = 0;
+    for (int i = 0; i < c->n_layer; i++)
+        kv_bytes += ls_kv_bytes(kv_capacity(c, n_ctx, n_batch, m->layers[i].sliding), (int32_t)kvd);
+    uint64_t act = sizeof(float) * (uint64_t)n_batch * (uint64_t)(3 * d + 2 * qd + 2 * kvd + 2 * (int64_t)c->n_ff);
+    uint64_t total = kv_bytes + act + sizeof(float) * (uint64_t)n_ctx * (uint64_t)n_threads;
+    uint64_t avail = mem_available();
+    if (avail && total > avail) {
+        snprintf(err, errlen,
+                 "session needs %.1f MiB (KV cache %.1f MiB for context %d) but only %.1f MiB are available; "
+                 "lower the context with -c",
+                 total / 1048576.0, kv_bytes / 1048576.0, n_ctx, avail / 1048576.0);
+        return LS_ERR_NOMEM;
+    }
+
+    ls_session *s = calloc(1, sizeof *s);
+    if (!s) goto nomem;
+    s->model = m;
+    s->n_ctx = n_ctx;
+    s->n_batch = n_batch;
+    s->n_threads = n_threads;
+    s->kv = calloc((size_t)c->n_layer, sizeof(ls_kv_layer));
+    if (!s->kv) goto nomem;
+    for (int i = 0; i < c->n_layer; i++) {
+        bool sl = m->layers[i].sliding;
+        if (ls_kv_init(&s->kv[i], kv_capacity(c, n_ctx, n_batch, sl), (int32_t)kvd, sl ? c->sliding_window : 0))
+            goto nomem;
+    }
+#define ALLOC(ptr, count) ((ptr) = malloc(sizeof(*(ptr)) * (size_t)(count)))
+    if (!ALLOC(s->x, n_batch * d) || !ALLOC(s->xn, n_batch * d) || !ALLOC(s->tmp, n_batch * d) ||
+        !ALLOC(s->q, n_batch * qd) || !ALLOC(s->k, n_batch * kvd) || !ALLOC(s->v, n_batch * kvd) ||
+        !ALLOC(s->att, n_batch * qd) || !ALLOC(s->gate, (int64_t)n_batch * c->n_ff) ||
+        !ALLOC(s->up, (int64_t)n_batch * c->n_ff) || !ALLOC(s->positions, n_batch))
+        goto nomem;
+#undef ALLOC
+    int64_t max_cols = d;
+    if (qd > max_cols) max_cols = qd;
+    if (c->n_ff > max_cols) max_cols = c->n_ff;
+    s->be = ls_backend_cpu_create(n_threads, n_batch, max_cols, n_ctx);
+    if (!s->be) goto nomem;
+    *out = s;
+    return LS_OK;
+nomem:
+    snprintf(err, errlen, "out of memory allocating a session (%.1f MiB, context %d)", total / 1048576.0, n_ctx);
+    ls_session_free(s);
+    return LS_ERR_NOMEM;
+}
+
+void ls_session_free(ls_session *s) {
+    if (!s) return;
+    if (s->kv)
+        for (int i = 0; i < s->model->cfg.n_layer; i++) ls_kv_free(&s->kv[i]);
+    free(s->kv);
+    free(s->x);
+    free(s->xn);
+    free(s->tmp);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->gate);
+    free(s->up);
+    free(s->positions);
+    if (s->be) s->be->ops->free(s->be);
+    free(s);
+}
+
+int32_t ls_session_n_ctx(const ls_session *s) { return s->n_ctx; }
+int32_t ls_session_pos(const ls_session *s) { return s->pos; }
+int32_t ls_session_n_vocab(const ls_session *s) { return s->model->cfg.n_vocab; }
+int32_t ls_session_n_batch(const ls_session *s) { return s->n_batch; }
+
+int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
+                    size_t errlen) {
+    return ls_gemma3_forward(s, tokens, n, logits_from, logits, err, errlen);
+}
+
+int ls_session_truncate(ls_session *s, int32_t pos) {
+    if (pos < 0 || pos > s->pos) return LS_ERR_ARG;
+    /* Check every layer first so a refused rollback changes nothing. */
+    for (int i = 0; i < s->model->cfg.n_layer; i++)
+        if (pos > 0 && pos < s->kv[i].first_pos) return LS_ERR;
+    for (int i = 0; i < s->model->cfg.n_layer; i++)
+        if (ls_kv_truncate(&s->kv[i], pos) != 0) return LS_ERR;
+    s->pos = pos;
+    return LS_OK;
+}

@@ -1,0 +1,39 @@
+/* Shared pieces of the lockstep CLI: common options, model loading, errors. The CLI is a
+ * thin client of include/lockstep.h. */
+#ifndef LS_CLI_H
+#define LS_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lockstep.h"
+
+typedef struct {
+    const char *model;  /* -m */
+    const char *prompt; /* -p */
+    const char *file;   /* -f */
+    int32_t n_threads;  /* -t */
+    int32_t n_ctx;      /* -c */
+} cli_common;
+
+/* Exit codes: 0 ok, 1 runtime failure, 2 usage / bad input. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+const char *cli_default_model_path(void);
+/* Opens the model (-m or the default); prints a clear error and returns NULL on failure. */
+ls_model *cli_open_model(const char *path);
+/* Reads -p or -f into a malloc'ed string (NUL-terminated, *len set). NULL + message on error. */
+char *cli_read_prompt(const cli_common *c, size_t *len);
+/* Parses an integer / float option value; prints an error naming the flag on failure. */
+bool cli_parse_i32(const char *flag, const char *s, int32_t lo, int32_t hi, int32_t *out);
+bool cli_parse_f32(const char *flag, const char *s, float lo, float hi, float *out);
+bool cli_parse_u64(const char *flag, const char *s, uint64_t *out);
+/* Tokenize (BOS if add_bos); malloc'ed array, *n set; NULL on error. */
+int32_t *cli_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *n);
+
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

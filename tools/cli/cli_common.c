@@ -1,0 +1,134 @@
+/* Option helpers shared by the CLI subcommands. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char *cli_default_model_path(void) {
+    static char path[4096];
+    const char *env = getenv("LOCKSTEP_MODEL");
+    if (env && *env) return env;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(path, sizeof path, "%s/lockstep/gemma-3-270m-q4_k_m.gguf", xdg);
+    else
+        snprintf(path, sizeof path, "%s/.cache/lockstep/gemma-3-270m-q4_k_m.gguf", home ? home : ".");
+    return path;
+}
+
+ls_model *cli_open_model(const char *path) {
+    if (!path) path = cli_default_model_path();
+    char err[512];
+    ls_model *m = NULL;
+    if (ls_model_open(path, &m, err, sizeof err) != LS_OK) {
+        fprintf(stderr, "lockstep: cannot load model '%s': %s\n", path, err);
+        if (!getenv("LOCKSTEP_MODEL") && strstr(path, ".cache/lockstep"))
+            fprintf(stderr, "lockstep: install the default model with: bash scripts/setup.sh\n");
+        return NULL;
+    }
+    return m;
+}
+
+char *cli_read_prompt(const cli_common *c, size_t *len) {
+    if (c->prompt) {
+        *len = strlen(c->prompt);
+        return strdup(c->prompt);
+    }
+    if (!c->file) return NULL;
+    FILE *f = fopen(c->file, "rb");
+    if (!f) {
+        fprintf(stderr, "lockstep: cannot open prompt file '%s': %s\n", c->file, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) break;
+        if (n + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, 4096, f);
+        n += r;
+        if (r < 4096) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        fprintf(stderr, "lockstep: cannot read prompt file '%s'\n", c->file);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+bool cli_parse_i32(const char *flag, const char *s, int32_t lo, int32_t hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "lockstep: %s expects an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
+        return false;
+    }
+    *out = (int32_t)v;
+    return true;
+}
+
+bool cli_parse_f32(const char *flag, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "lockstep: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-') {
+        fprintf(stderr, "lockstep: %s expects a non-negative integer, got '%s'\n", flag, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int32_t *cli_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *n) {
+    int64_t cap = (int64_t)len + 16;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids) return NULL;
+    int64_t k = ls_model_tokenize(m, text, len, add_bos, parse_special, ids, cap);
+    if (k > cap) {
+        int32_t *nb = realloc(ids, sizeof(int32_t) * (size_t)k);
+        if (!nb) {
+            free(ids);
+            return NULL;
+        }
+        ids = nb;
+        k = ls_model_tokenize(m, text, len, add_bos, parse_special, ids, k);
+    }
+    if (k < 0 || k > INT32_MAX) {
+        fprintf(stderr, "lockstep: tokenization failed\n");
+        free(ids);
+        return NULL;
+    }
+    *n = (int32_t)k;
+    return ids;
+}

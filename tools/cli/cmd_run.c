@@ -1,0 +1,151 @@
+/* lockstep run: generate text. Generated text only on stdout; with --stats, timings on
+ * stderr. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char *DEFAULT_PROMPT = "Write a short paragraph about why the sky is blue.";
+
+static void run_usage(FILE *f) {
+    fprintf(f, "usage: lockstep run [-m MODEL] [-p TEXT | -f FILE] [-n N] [--chat] [--temp T] [--top-k K]\n"
+               "                    [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N]\n"
+               "                    [--frequency-penalty F] [--presence-penalty P] [--seed S] [-t N] [-c N]\n"
+               "                    [-b N] [--ignore-eos] [--stats]\n"
+               "  Without -p/-f a default prompt is used (with --chat applied).\n"
+               "  Defaults: -n 256, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, seed random.\n");
+}
+
+static bool write_out(const char *text, size_t len, void *ud) {
+    (void)ud;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+int cmd_run(int argc, char **argv) {
+    enum { O_CHAT = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_FREQ, O_PRES, O_SEED, O_IGN, O_STATS };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
+        {"file", required_argument, 0, 'f'}, {"n-predict", required_argument, 0, 'n'},
+        {"threads", required_argument, 0, 't'}, {"ctx-size", required_argument, 0, 'c'},
+        {"batch-size", required_argument, 0, 'b'}, {"chat", no_argument, 0, O_CHAT},
+        {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP}, {"min-p", required_argument, 0, O_MINP},
+        {"repeat-penalty", required_argument, 0, O_REP}, {"repeat-last-n", required_argument, 0, O_REPN},
+        {"frequency-penalty", required_argument, 0, O_FREQ}, {"presence-penalty", required_argument, 0, O_PRES},
+        {"seed", required_argument, 0, O_SEED}, {"ignore-eos", no_argument, 0, O_IGN},
+        {"stats", no_argument, 0, O_STATS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    cli_common c = {0};
+    ls_gen_params gp = {.n_predict = 256, .sampling = ls_sampling_default()};
+    bool chat = false, stats = false, seed_set = false;
+    int32_t n_batch = 0;
+    optind = 1;
+    opterr = 1;
+    int o;
+    while ((o = getopt_long(argc, argv, "m:p:f:n:t:c:b:h", opts, NULL)) != -1) {
+        bool ok = true;
+        switch (o) {
+        case 'm': c.model = optarg; break;
+        case 'p': c.prompt = optarg; break;
+        case 'f': c.file = optarg; break;
+        case 'n': ok = cli_parse_i32("-n", optarg, -1, 1 << 24, &gp.n_predict); break;
+        case 't': ok = cli_parse_i32("-t", optarg, 1, 512, &c.n_threads); break;
+        case 'c': ok = cli_parse_i32("-c", optarg, 1, 1 << 24, &c.n_ctx); break;
+        case 'b': ok = cli_parse_i32("-b", optarg, 1, 1 << 16, &n_batch); break;
+        case O_CHAT: chat = true; break;
+        case O_TEMP: ok = cli_parse_f32("--temp", optarg, 0, 100, &gp.sampling.temperature); break;
+        case O_TOPK: ok = cli_parse_i32("--top-k", optarg, 0, 1 << 24, &gp.sampling.top_k); break;
+        case O_TOPP: ok = cli_parse_f32("--top-p", optarg, 0, 1, &gp.sampling.top_p); break;
+        case O_MINP: ok = cli_parse_f32("--min-p", optarg, 0, 1, &gp.sampling.min_p); break;
+        case O_REP: ok = cli_parse_f32("--repeat-penalty", optarg, 0, 100, &gp.sampling.repeat_penalty); break;
+        case O_REPN: ok = cli_parse_i32("--repeat-last-n", optarg, -1, 1 << 24, &gp.sampling.repeat_last_n); break;
+        case O_FREQ: ok = cli_parse_f32("--frequency-penalty", optarg, -100, 100, &gp.sampling.frequency_penalty); break;
+        case O_PRES: ok = cli_parse_f32("--presence-penalty", optarg, -100, 100, &gp.sampling.presence_penalty); break;
+        case O_SEED: ok = cli_parse_u64("--seed", optarg, &gp.sampling.seed); seed_set = true; break;
+        case O_IGN: gp.ignore_eos = true; break;
+        case O_STATS: stats = true; break;
+        case 'h': run_usage(stdout); return CLI_OK;
+        default: run_usage(stderr); return CLI_USAGE;
+        }
+        if (!ok) return CLI_USAGE;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "lockstep: unexpected argument '%s'\n", argv[optind]);
+        run_usage(stderr);
+        return CLI_USAGE;
+    }
+    if (c.prompt && c.file) {
+        fprintf(stderr, "lockstep: give -p or -f, not both\n");
+        return CLI_USAGE;
+    }
+    if (!seed_set) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gp.sampling.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+    }
+    size_t len = 0;
+    char *text;
+    if (c.prompt || c.file) {
+        text = cli_read_prompt(&c, &len);
+        if (!text) return CLI_USAGE;
+    } else {
+        text = strdup(DEFAULT_PROMPT);
+        len = strlen(text);
+        chat = true;
+    }
+    ls_model *m = cli_open_model(c.model);
+    if (!m) {
+        free(text);
+        return CLI_FAIL;
+    }
+    int rc = CLI_FAIL;
+    char err[512];
+    int32_t *ids = NULL, n_ids = 0;
+    ls_session *s = NULL;
+    if (chat) {
+        ls_message msg = {"user", text};
+        char *rendered = ls_chat_apply(m, &msg, 1, err, sizeof err);
+        if (!rendered) {
+            fprintf(stderr, "lockstep: chat template: %s\n", err);
+            goto done;
+        }
+        ids = cli_tokenize(m, rendered, strlen(rendered), false, true, &n_ids);
+        free(rendered);
+    } else {
+        ids = cli_tokenize(m, text, len, true, true, &n_ids);
+    }
+    if (!ids) goto done;
+    ls_session_params sp = ls_session_default_params();
+    sp.n_ctx = c.n_ctx;
+    sp.n_threads = c.n_threads;
+    if (n_batch) sp.n_batch = n_batch;
+    if (ls_session_create(m, &sp, &s, err, sizeof err) != LS_OK) {
+        fprintf(stderr, "lockstep: %s\n", err);
+        goto done;
+    }
+    ls_gen_stats st;
+    if (ls_generate(s, ids, n_ids, &gp, write_out, NULL, &st, err, sizeof err) != LS_OK) {
+        fprintf(stderr, "\nlockstep: generation failed: %s\n", err);
+        goto done;
+    }
+    printf("\n");
+    if (stats)
+        fprintf(stderr,
+                "lockstep: prompt %d tokens in %.1f ms (%.1f tok/s); generated %d tokens in %.1f ms (%.1f tok/s); "
+                "stop=%s threads=%d seed=%llu backend=%s\n",
+                st.n_prompt, st.prefill_ms, st.prefill_ms > 0 ? st.n_prompt * 1e3 / st.prefill_ms : 0,
+                st.n_generated, st.decode_ms, st.decode_ms > 0 ? st.n_generated * 1e3 / st.decode_ms : 0,
+                st.stop_reason, c.n_threads ? c.n_threads : 0, (unsigned long long)gp.sampling.seed,
+                ls_backend_name());
+    rc = CLI_OK;
+done:
+    ls_session_free(s);
+    free(ids);
+    free(text);
+    ls_model_close(m);
+    return rc;
+}
