@@ -17,7 +17,9 @@
 #define LS_CPU_RELAX() ((void)0)
 #endif
 
-enum { SPIN_ROUNDS = 1 << 16 };
+/* Pause-spins before a worker sleeps (~1 ms), and before a waiting thread starts yielding
+ * its core (a machine running more threads than cores must not starve the thread we wait on). */
+enum { SPIN_ROUNDS = 1 << 14, YIELD_AFTER = 1 << 10 };
 
 struct ls_pool {
     int n;
@@ -42,14 +44,17 @@ static void *worker_main(void *p) {
     ls_pool *pool = wa->pool;
     int ith = wa->ith;
     free(wa);
-    unsigned seen = atomic_load(&pool->generation);
+    /* Generation 0 is the state at creation: a job posted before this thread got
+     * scheduled must still be seen as new. */
+    unsigned seen = 0;
     for (;;) {
         unsigned g;
         int spins = 0;
         while ((g = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
                !atomic_load(&pool->stop)) {
             if (++spins < SPIN_ROUNDS) {
-                LS_CPU_RELAX();
+                if (spins > YIELD_AFTER) sched_yield();
+                else LS_CPU_RELAX();
                 continue;
             }
             pthread_mutex_lock(&pool->mu);
@@ -127,7 +132,10 @@ void ls_pool_run(ls_pool *pool, ls_pool_fn fn, void *arg) {
         pthread_mutex_unlock(&pool->mu);
     }
     fn(arg, 0, pool->n);
-    while (atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1) LS_CPU_RELAX();
+    for (int spins = 0; atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1; spins++) {
+        if (spins > YIELD_AFTER) sched_yield();
+        else LS_CPU_RELAX();
+    }
 }
 
 int ls_cpu_count(void) {
