@@ -26,7 +26,9 @@ bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id);
 int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *text);
 
 /* Encode len bytes of text. add_bos prepends BOS. parse_special: text such as "<start_of_turn>"
- * that spells a control/user-defined token becomes that token (otherwise it is plain text).
+ * that spells a control token becomes that token (otherwise it is plain text). User-defined
+ * tokens (Gemma: runs of spaces/newlines/tabs, HTML tags, <start_of_image>) are matched in
+ * either mode, exactly as llama.cpp does (docs/tokenizer.md).
  * Writes up to cap ids to out and returns the total count (may exceed cap: call again with a
  * larger buffer), or -1 on error. */
 int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
@@ -37,7 +39,8 @@ int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool ad
  * (<= cap), or the needed size if cap is too small (nothing written then), -1 on bad id. */
 int ls_token_to_bytes(const ls_tokenizer *t, int32_t id, bool render_special, char *buf, int cap);
 
-/* Streaming detokenizer: push token ids, get only complete UTF-8 sequences out. */
+/* Streaming detokenizer: push token ids, get only complete UTF-8 sequences out.
+ * Zero-initialize the state before the first push; it never allocates. */
 typedef struct {
     char pending[8];
     int n_pending;
@@ -58,5 +61,55 @@ typedef struct {
  * generation prompt "<start_of_turn>model\n" appended when add_generation_prompt. Returns
  * a malloc'ed NUL-terminated string (caller frees), NULL + message on error. Includes "<bos>". */
 char *ls_chat_render_gemma3(const ls_chat_msg *msgs, int n, bool add_generation_prompt, char *err, size_t errlen);
+
+/* ---- Lower level: construction from arrays, vocab access, the SPM core ----------------------
+ * Used by ls_tokenizer_from_gguf, the other tokenizer files, tests and fuzzers. */
+
+/* GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
+enum {
+    LS_TOKEN_UNDEFINED = 0,
+    LS_TOKEN_NORMAL = 1,
+    LS_TOKEN_UNKNOWN = 2,
+    LS_TOKEN_CONTROL = 3,
+    LS_TOKEN_USER_DEFINED = 4,
+    LS_TOKEN_UNUSED = 5,
+    LS_TOKEN_BYTE = 6,
+};
+
+/* Everything a tokenizer is built from. The arrays are copied (nothing is kept referenced).
+ * Special ids are -1 when absent. */
+typedef struct {
+    int32_t n_vocab;
+    const char *const *texts; /* [n_vocab] token texts, NOT NUL-terminated */
+    const uint64_t *lens;     /* [n_vocab] byte lengths of texts */
+    const float *scores;      /* [n_vocab], or NULL: all 0 */
+    const int32_t *types;     /* [n_vocab] LS_TOKEN_*, or NULL: all normal */
+    int32_t bos, eos, unk, pad, eot, eom;
+    bool add_bos;
+    bool add_space_prefix; /* SentencePiece "dummy prefix": a space before each text fragment */
+} ls_tokenizer_desc;
+int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *err, size_t errlen);
+
+/* Vocab access; bad ids give -1 / NULL. */
+int ls_tokenizer_token_type(const ls_tokenizer *t, int32_t id);
+float ls_tokenizer_token_score(const ls_tokenizer *t, int32_t id);
+const char *ls_tokenizer_token_text(const ls_tokenizer *t, int32_t id, size_t *len);
+/* Id of the token whose text is exactly text[0..len) (texts are unique: a vocab with
+ * duplicates is rejected at load), or -1. */
+int32_t ls_tokenizer_find_n(const ls_tokenizer *t, const char *text, size_t len);
+/* Byte-fallback token for one byte ("<0xXX>", else the 1-byte text), or -1. */
+int32_t ls_tokenizer_byte_token(const ls_tokenizer *t, uint8_t byte);
+
+/* The bytes a token stands for, without copying: *p and *n point into the vocab (or a static
+ * table for byte tokens); *unescape says that U+2581 in them is to be read as a space.
+ * Same rules as ls_token_to_bytes. Returns 0, or -1 on a bad id. */
+int ls_token_piece(const ls_tokenizer *t, int32_t id, bool render_special, const char **p, size_t *n, bool *unescape);
+
+/* SentencePiece-encode one plain-text fragment (no special-token matching, no BOS):
+ * spaces become U+2581 (plus one leading U+2581 if space_prefix), then symbols merge by
+ * score. Ids go to out[n..cap); returns the new total count, or -1 (missing byte token,
+ * allocation failure). */
+int64_t ls_spm_encode(const ls_tokenizer *t, const char *text, size_t len, bool space_prefix, int32_t *out,
+                      int64_t cap, int64_t n);
 
 #endif

@@ -1,0 +1,156 @@
+/* Gemma 3 chat template, rendered in C so that the engine needs no Jinja.
+ *
+ * Reference: the chat_template of Gemma 3's tokenizer_config.json (HF). Rendered output is
+ * byte-identical to jinja2 on that template (tests/data/tokenizer/chat_*.txt):
+ *
+ *   <bos>
+ *   for each message after an optional leading system message:
+ *     <start_of_turn>{user|model}\n
+ *     [first turn only: system content + "\n\n", NOT trimmed]
+ *     content | trim            (Python str.strip(): Unicode whitespace, both ends)
+ *     <end_of_turn>\n
+ *   [<start_of_turn>model\n]    if add_generation_prompt
+ *
+ * Like the HF template we require user/model alternation starting with user ("assistant"
+ * is rendered as "model"). Stricter than HF, on purpose: an unknown role is an error (HF
+ * would render any non-user role verbatim in a model slot), so is a system message that
+ * is not first, and so is a system message with no turn to fold it into (HF silently
+ * drops it). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} chat_sb;
+
+static void sb_put(chat_sb *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->len + n + 1) nc *= 2;
+        char *nb = realloc(b->buf, nc);
+        if (!nb) {
+            b->oom = true;
+            return;
+        }
+        b->buf = nb;
+        b->cap = nc;
+    }
+    memcpy(b->buf + b->len, s, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+static void sb_puts(chat_sb *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void chat_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void chat_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Jinja `trim` == Python str.strip(): strip whitespace code points from both ends. Bytes
+ * that are not valid UTF-8 stop the stripping (Python strings cannot hold them anyway). */
+static void py_strip(const char *s, size_t n, size_t *start, size_t *end) {
+    size_t a = 0, z = n;
+    while (a < z) {
+        uint32_t cp;
+        int k = ls_utf8_decode(s + a, z - a, &cp);
+        if (k == 0 || !ls_utf8_is_py_space(cp)) break;
+        a += (size_t)k;
+    }
+    while (z > a) {
+        /* Back up to the start of the last character (at most 3 continuation bytes). */
+        size_t b = z - 1;
+        while (b > a && z - b < 4 && ((uint8_t)s[b] & 0xC0) == 0x80) b--;
+        uint32_t cp;
+        int k = ls_utf8_decode(s + b, z - b, &cp);
+        if (k == 0 || (size_t)k != z - b || !ls_utf8_is_py_space(cp)) break;
+        z = b;
+    }
+    *start = a;
+    *end = z;
+}
+
+typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_MODEL, ROLE_BAD } chat_role;
+
+static chat_role parse_role(const char *r) {
+    if (!r) return ROLE_BAD;
+    if (strcmp(r, "system") == 0) return ROLE_SYSTEM;
+    if (strcmp(r, "user") == 0) return ROLE_USER;
+    if (strcmp(r, "assistant") == 0 || strcmp(r, "model") == 0) return ROLE_MODEL;
+    return ROLE_BAD;
+}
+
+char *ls_chat_render_gemma3(const ls_chat_msg *msgs, int n, bool add_generation_prompt, char *err, size_t errlen) {
+    if (!msgs || n <= 0) {
+        chat_err(err, errlen, "chat: no messages");
+        return NULL;
+    }
+    /* Validate everything before rendering anything. */
+    int first = 0;
+    for (int i = 0; i < n; i++) {
+        chat_role role = parse_role(msgs[i].role);
+        if (role == ROLE_BAD) {
+            chat_err(err, errlen, "chat: message %d has unknown role '%s' (want system, user, assistant or model)",
+                     i, msgs[i].role ? msgs[i].role : "(null)");
+            return NULL;
+        }
+        if (!msgs[i].content) {
+            chat_err(err, errlen, "chat: message %d has no content", i);
+            return NULL;
+        }
+        if (role == ROLE_SYSTEM) {
+            if (i != 0) {
+                chat_err(err, errlen, "chat: system message %d must be the first message", i);
+                return NULL;
+            }
+            first = 1;
+            continue;
+        }
+        /* After the optional system message: user, model, user, model, ... */
+        chat_role want = ((i - first) % 2 == 0) ? ROLE_USER : ROLE_MODEL;
+        if (role != want) {
+            chat_err(err, errlen, "chat: roles must alternate user/model starting with user (message %d is '%s')", i,
+                     msgs[i].role);
+            return NULL;
+        }
+    }
+    if (first == n) {
+        chat_err(err, errlen, "chat: a system message needs a following user message to be folded into");
+        return NULL;
+    }
+
+    chat_sb b = {0};
+    sb_puts(&b, "<bos>");
+    for (int i = first; i < n; i++) {
+        bool user = parse_role(msgs[i].role) == ROLE_USER;
+        sb_puts(&b, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
+        if (i == first && first == 1) {
+            sb_puts(&b, msgs[0].content); /* the template does not trim the system text */
+            sb_puts(&b, "\n\n");
+        }
+        size_t a, z;
+        const char *c = msgs[i].content;
+        py_strip(c, strlen(c), &a, &z);
+        sb_put(&b, c + a, z - a);
+        sb_puts(&b, "<end_of_turn>\n");
+    }
+    if (add_generation_prompt) sb_puts(&b, "<start_of_turn>model\n");
+    if (b.oom) {
+        free(b.buf);
+        chat_err(err, errlen, "chat: out of memory");
+        return NULL;
+    }
+    return b.buf;
+}

@@ -1,0 +1,759 @@
+/* Tokenizer vocab: construction (from arrays or GGUF metadata), text -> id lookup, special
+ * token matching, and the top-level ls_tokenize that splits raw text around special tokens
+ * and hands the plain pieces to the SentencePiece encoder in spm.c.
+ *
+ * Semantics follow llama.cpp's "llama" (SPM) vocab exactly, because the golden test pins
+ * our ids to llama.cpp's (see docs/tokenizer.md):
+ *  - Special-token partition (llama.cpp tokenizer_st_partition): every CONTROL, USER_DEFINED
+ *    and UNKNOWN token is a candidate; tokens are taken longest text first, and for each
+ *    token every non-overlapping occurrence, left to right, inside text not yet claimed by
+ *    an earlier token becomes that token. USER_DEFINED tokens (Gemma: runs of spaces,
+ *    newlines and tabs, HTML tags) are matched even when parse_special is false; CONTROL
+ *    and UNKNOWN only when it is true.
+ *  - Tokens whose text llama.cpp recognises as EOT/EOM/FIM/end-of-generation markers are
+ *    forced to CONTROL, as llama.cpp does. For Gemma 3 this changes exactly one token:
+ *    "</s>" (212, USER_DEFINED in the file) is then matched only with parse_special and
+ *    rendered only with render_special. (llama.cpp also makes it end generation; we do not:
+ *    Gemma 3 stops on <eos> and <end_of_turn> only, see ls_tokenizer_is_eog.)
+ *  - As in llama.cpp, an empty token text is renamed "[EMPTY_<id>]" and duplicate texts are
+ *    an error (llama.cpp asserts on them).
+ *  - Decoding: NORMAL tokens with U+2581 read as space, BYTE tokens as their byte,
+ *    USER_DEFINED verbatim, CONTROL/UNKNOWN only when rendering specials, others nothing.
+ *
+ * llama.cpp walks the special tokens one by one (O(n_special * len), 6.4k tokens for
+ * Gemma); we make one pass per distinct special text length instead (~40 for Gemma),
+ * longest first, looking up each unclaimed position in a hash of special texts. Within a
+ * length, candidates go by ascending id, then left to right (llama.cpp's order among equal
+ * lengths is unspecified; it only matters if two equal-length special texts overlap, which
+ * no Gemma texts do). Because every span claimed so far is at least as long as the current
+ * candidate, a candidate overlaps a claimed span iff one of its two end bytes is claimed:
+ * the overlap test is O(1), and a run of 10k spaces costs ~1 ms rather than ~50. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+#define TOK_MAX_VOCAB (1 << 24)     /* far above any real vocab; bounds the allocations */
+#define TOK_MAX_BLOB (1ull << 31)   /* total bytes of all token texts */
+#define TOK_MAX_TEXT ((size_t)1 << 28) /* ls_tokenize input limit (escaping triples it) */
+#define TOK_MAX_EOG 16
+
+typedef struct {
+    int32_t id;
+    uint32_t h;
+} tok_slot;
+
+/* All special texts of one length: the first bytes they start with, as a 256-bit set. */
+typedef struct {
+    uint32_t len;
+    uint64_t first[4];
+} tok_len_class;
+
+struct ls_tokenizer {
+    int32_t n_vocab;
+    char *blob;      /* all token texts, each followed by a NUL: [sum(len + 1)] */
+    uint32_t *offs;  /* [n_vocab] start of each text in blob */
+    uint32_t *lens;  /* [n_vocab] text length */
+    float *scores;   /* [n_vocab] */
+    uint8_t *types;  /* [n_vocab] LS_TOKEN_* (after the EOG override) */
+
+    /* text -> id, open addressing with linear probing: [hash_mask + 1] slots, id -1 = empty.
+     * Each slot keeps the full 32-bit hash so that probing past other entries compares
+     * integers instead of fetching their texts (one cache miss per lookup, not three). */
+    tok_slot *hash;
+    uint32_t hash_mask;
+
+    /* Special (CONTROL/USER_DEFINED/UNKNOWN) texts -> ids: [sp_mask + 1] slots, -1 = none.
+     * sp_any holds every special id, sp_user the same id if it is USER_DEFINED (the only
+     * kind matched when parse_special is false), else -1. */
+    int32_t *sp_any;
+    int32_t *sp_user;
+    uint32_t sp_mask;
+    /* Length classes of special texts, longest first: [n_sp_cls]; _user: USER_DEFINED only. */
+    tok_len_class *sp_cls, *sp_cls_user;
+    int n_sp_cls, n_sp_cls_user;
+
+    int32_t byte_tok[256]; /* byte-fallback token per byte value, -1 = none */
+    int32_t bos, eos, unk, pad, eot, eom;
+    int32_t eog[TOK_MAX_EOG];
+    int n_eog;
+    bool add_bos, add_space_prefix;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* FNV-1a, 64-bit, folded: texts are short (median ~6 bytes), so a simple byte loop is
+ * as fast as anything fancier and has no alignment concerns. */
+static uint32_t tok_hash(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 0x100000001b3ull;
+    }
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static bool tok_text_eq(const ls_tokenizer *t, int32_t id, const char *s, size_t n) {
+    return t->lens[id] == n && memcmp(t->blob + t->offs[id], s, n) == 0;
+}
+
+int32_t ls_tokenizer_find_n(const ls_tokenizer *t, const char *text, size_t len) {
+    if (!t || (!text && len)) return -1;
+    uint32_t h = tok_hash(text, len);
+    for (uint32_t i = h & t->hash_mask;; i = (i + 1) & t->hash_mask) {
+        tok_slot sl = t->hash[i];
+        if (sl.id < 0) return -1;
+        if (sl.h == h && tok_text_eq(t, sl.id, text, len)) return sl.id;
+    }
+}
+
+int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *text) {
+    if (!text) return -1;
+    return ls_tokenizer_find_n(t, text, strlen(text));
+}
+
+/* Slot of a special text in the special table (its sp_any is -1 if absent). */
+static uint32_t sp_slot(const ls_tokenizer *t, const char *s, size_t n) {
+    for (uint32_t i = tok_hash(s, n) & t->sp_mask;; i = (i + 1) & t->sp_mask) {
+        int32_t id = t->sp_any[i];
+        if (id < 0 || tok_text_eq(t, id, s, n)) return i;
+    }
+}
+
+static bool is_special_type(int type) {
+    return type == LS_TOKEN_CONTROL || type == LS_TOKEN_USER_DEFINED || type == LS_TOKEN_UNKNOWN;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Construction
+ * --------------------------------------------------------------------------------------- */
+
+static uint32_t pow2_at_least(uint64_t n) {
+    uint64_t c = 16;
+    while (c < n) c <<= 1;
+    return (uint32_t)c;
+}
+
+static int cmp_u32_desc(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+/* Length classes (longest first) of the special tokens, or of the USER_DEFINED ones only. */
+static int build_len_classes(const ls_tokenizer *t, bool user_only, tok_len_class **out, int *n_out) {
+    size_t n = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        n += is_special_type(t->types[i]) && (!user_only || t->types[i] == LS_TOKEN_USER_DEFINED);
+    uint32_t *ls = malloc((n ? n : 1) * sizeof *ls);
+    tok_len_class *cls = calloc(n ? n : 1, sizeof *cls);
+    if (!ls || !cls) {
+        free(ls);
+        free(cls);
+        return -1;
+    }
+    n = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (is_special_type(t->types[i]) && (!user_only || t->types[i] == LS_TOKEN_USER_DEFINED)) ls[n++] = t->lens[i];
+    qsort(ls, n, sizeof *ls, cmp_u32_desc);
+    int m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (m == 0 || cls[m - 1].len != ls[i]) cls[m++].len = ls[i];
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        if (!is_special_type(t->types[i]) || (user_only && t->types[i] != LS_TOKEN_USER_DEFINED)) continue;
+        int lo = 0, hi = m - 1; /* binary search in descending lengths */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (cls[mid].len > t->lens[i]) lo = mid + 1;
+            else hi = mid;
+        }
+        uint8_t b = (uint8_t)t->blob[t->offs[i]];
+        cls[lo].first[b >> 6] |= 1ull << (b & 63);
+    }
+    free(ls);
+    *out = cls;
+    *n_out = m;
+    return 0;
+}
+
+/* Texts llama.cpp (llama-vocab.cpp, load) forces to CONTROL when the file says otherwise:
+ * its EOT, EOM, FIM and EOG auto-detection lists. (llama.cpp stops at the first text found
+ * per FIM/EOT role; a vocab with two spellings of one role would differ. No SPM vocab we
+ * know of has that.) */
+static const char *const control_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
+    "[EOT]", "<end_of_utterance>", "<|eom_id|>", "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>",
+    "<|code_prefix|>", "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "<|code_suffix|>",
+    "<|suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "<|code_middle|>", "<|middle|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+    "<REPO>", "<reponame>", "<|file_sep|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "</s>", "[EOS]",
+    "<eos>", "<turn|>", "<|tool_response>",
+};
+
+/* Texts that end generation: llama.cpp's EOG list minus "</s>", which llama.cpp added for
+ * PaddleOCR and which, matched by text, would make Gemma 3 stop on the HTML tag "</s>". */
+static const char *const eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
+    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+};
+
+static void add_eog(ls_tokenizer *t, int32_t id) {
+    if (id < 0 || t->n_eog >= TOK_MAX_EOG) return;
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return;
+    t->eog[t->n_eog++] = id;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* Byte value of a "<0xXX>" text, or -1. */
+static int parse_byte_text(const char *s, size_t n) {
+    if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+    int hi = hexval(s[3]), lo = hexval(s[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+static int check_id(int32_t id, int32_t n_vocab, const char *what, char *err, size_t errlen) {
+    if (id < -1 || id >= n_vocab) {
+        set_err(err, errlen, "tokenizer: %s id %d out of range [0, %d)", what, id, n_vocab);
+        return -1;
+    }
+    return 0;
+}
+
+int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (!d || !out) {
+        set_err(err, errlen, "tokenizer: NULL argument");
+        return -1;
+    }
+    int32_t n = d->n_vocab;
+    if (n < 1 || n > TOK_MAX_VOCAB) {
+        set_err(err, errlen, "tokenizer: vocab size %d out of range [1, %d]", n, TOK_MAX_VOCAB);
+        return -1;
+    }
+    if (!d->texts || !d->lens) {
+        set_err(err, errlen, "tokenizer: no token texts");
+        return -1;
+    }
+    if (check_id(d->bos, n, "BOS", err, errlen) || check_id(d->eos, n, "EOS", err, errlen) ||
+        check_id(d->unk, n, "UNK", err, errlen) || check_id(d->pad, n, "PAD", err, errlen) ||
+        check_id(d->eot, n, "EOT", err, errlen) || check_id(d->eom, n, "EOM", err, errlen))
+        return -1;
+    if (d->add_bos && d->bos < 0) {
+        set_err(err, errlen, "tokenizer: add_bos_token is set but there is no BOS token");
+        return -1;
+    }
+    /* Validate every entry before allocating anything large. */
+    uint64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (d->lens[i] > 0 && !d->texts[i]) {
+            set_err(err, errlen, "tokenizer: token %d has no text", i);
+            return -1;
+        }
+        if (d->lens[i] >= TOK_MAX_BLOB || (total += (d->lens[i] ? d->lens[i] : 24) + 1) > TOK_MAX_BLOB) {
+            /* (empty texts are renamed "[EMPTY_<id>]": 24 bytes is plenty) */
+            set_err(err, errlen, "tokenizer: token texts too large (token %d)", i);
+            return -1;
+        }
+        int type = d->types ? d->types[i] : LS_TOKEN_NORMAL;
+        if (type < LS_TOKEN_UNDEFINED || type > LS_TOKEN_BYTE) {
+            set_err(err, errlen, "tokenizer: token %d has invalid type %d", i, type);
+            return -1;
+        }
+        if (type == LS_TOKEN_BYTE && parse_byte_text(d->texts[i], d->lens[i]) < 0) {
+            set_err(err, errlen, "tokenizer: byte token %d is not of the form <0xXX>", i);
+            return -1;
+        }
+        if (d->scores && isnan(d->scores[i])) {
+            set_err(err, errlen, "tokenizer: token %d has a NaN score", i);
+            return -1;
+        }
+    }
+
+    ls_tokenizer *t = calloc(1, sizeof *t);
+    uint32_t *hv = NULL; /* [n_vocab] text hashes, only during construction */
+    if (!t) goto oom;
+    t->n_vocab = n;
+    t->blob = malloc(total);
+    t->offs = malloc((size_t)n * sizeof *t->offs);
+    t->lens = malloc((size_t)n * sizeof *t->lens);
+    t->scores = malloc((size_t)n * sizeof *t->scores);
+    t->types = malloc((size_t)n);
+    t->hash_mask = pow2_at_least((uint64_t)n * 2) - 1;
+    t->hash = malloc(((size_t)t->hash_mask + 1) * sizeof *t->hash);
+    hv = malloc((size_t)n * sizeof *hv);
+    if (!t->blob || !t->offs || !t->lens || !t->scores || !t->types || !t->hash || !hv) goto oom;
+    memset(t->hash, 0xff, ((size_t)t->hash_mask + 1) * sizeof *t->hash);
+
+    uint64_t pos = 0;
+    for (int32_t i = 0; i < n; i++) {
+        size_t len = (size_t)d->lens[i];
+        if (len) memcpy(t->blob + pos, d->texts[i], len);
+        else len = (size_t)snprintf(t->blob + pos, 25, "[EMPTY_%d]", (int)i); /* as llama.cpp names it */
+        t->blob[pos + len] = '\0';
+        t->offs[i] = (uint32_t)pos;
+        t->lens[i] = (uint32_t)len;
+        pos += len + 1;
+        t->scores[i] = d->scores ? d->scores[i] : 0.0f;
+        t->types[i] = (uint8_t)(d->types ? d->types[i] : LS_TOKEN_NORMAL);
+        hv[i] = tok_hash(t->blob + t->offs[i], len);
+    }
+    /* Insert in a second pass so the slot of a token a few ids ahead can be prefetched: the
+     * table (4 MiB for Gemma) is far larger than cache and random access dominates load. */
+    for (int32_t i = 0; i < n; i++) {
+        if (i + 16 < n) __builtin_prefetch(&t->hash[hv[i + 16] & t->hash_mask]);
+        uint32_t h = hv[i], k = h & t->hash_mask;
+        while (t->hash[k].id >= 0 &&
+               !(t->hash[k].h == h && tok_text_eq(t, t->hash[k].id, t->blob + t->offs[i], t->lens[i])))
+            k = (k + 1) & t->hash_mask;
+        if (t->hash[k].id >= 0) {
+            /* One text, two ids: the text -> id map would be ambiguous (llama.cpp asserts). */
+            set_err(err, errlen, "tokenizer: tokens %d and %d have the same text", t->hash[k].id, i);
+            goto fail;
+        }
+        t->hash[k] = (tok_slot){i, h};
+    }
+    free(hv);
+    hv = NULL;
+
+    t->bos = d->bos;
+    t->eos = d->eos;
+    t->unk = d->unk;
+    t->pad = d->pad;
+    t->eot = d->eot;
+    t->eom = d->eom;
+    t->add_bos = d->add_bos;
+    t->add_space_prefix = d->add_space_prefix;
+
+    /* End-of-generation set and llama.cpp's type override for EOG-looking tokens. */
+    add_eog(t, t->eos);
+    add_eog(t, t->eot);
+    add_eog(t, t->eom);
+    for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) add_eog(t, ls_tokenizer_find(t, eog_texts[k]));
+    for (size_t k = 0; k < sizeof control_texts / sizeof *control_texts; k++) {
+        int32_t id = ls_tokenizer_find(t, control_texts[k]);
+        if (id >= 0) t->types[id] = LS_TOKEN_CONTROL;
+    }
+    /* llama.cpp's Gemma 4 workaround: with <|tool_response> present, "</s>" is plain text. */
+    if (ls_tokenizer_find(t, "<|tool_response>") >= 0) {
+        int32_t id = ls_tokenizer_find(t, "</s>");
+        if (id >= 0) t->types[id] = LS_TOKEN_NORMAL;
+    }
+
+    /* Byte fallback table: "<0xXX>" first, else the 1-byte text (llama.cpp byte_to_token). */
+    for (int b = 0; b < 256; b++) {
+        char buf[7];
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        int32_t id = ls_tokenizer_find_n(t, buf, 6);
+        if (id < 0) {
+            char c = (char)b;
+            id = ls_tokenizer_find_n(t, &c, 1);
+        }
+        t->byte_tok[b] = id;
+    }
+
+    /* Special-token matcher (texts are never empty here: empty ones were renamed). */
+    int32_t n_sp = 0;
+    for (int32_t i = 0; i < n; i++) n_sp += is_special_type(t->types[i]);
+    t->sp_mask = pow2_at_least((uint64_t)n_sp * 2) - 1;
+    t->sp_any = malloc(((size_t)t->sp_mask + 1) * sizeof *t->sp_any);
+    t->sp_user = malloc(((size_t)t->sp_mask + 1) * sizeof *t->sp_user);
+    if (!t->sp_any || !t->sp_user) goto oom;
+    memset(t->sp_any, 0xff, ((size_t)t->sp_mask + 1) * sizeof *t->sp_any);
+    memset(t->sp_user, 0xff, ((size_t)t->sp_mask + 1) * sizeof *t->sp_user);
+    for (int32_t i = 0; i < n; i++) {
+        if (!is_special_type(t->types[i])) continue;
+        uint32_t slot = sp_slot(t, t->blob + t->offs[i], t->lens[i]);
+        t->sp_any[slot] = i; /* texts are unique */
+        if (t->types[i] == LS_TOKEN_USER_DEFINED) t->sp_user[slot] = i;
+    }
+    if (build_len_classes(t, false, &t->sp_cls, &t->n_sp_cls) ||
+        build_len_classes(t, true, &t->sp_cls_user, &t->n_sp_cls_user))
+        goto oom;
+    *out = t;
+    return 0;
+
+oom:
+    set_err(err, errlen, "tokenizer: out of memory");
+fail:
+    free(hv);
+    ls_tokenizer_free(t);
+    return -1;
+}
+
+void ls_tokenizer_free(ls_tokenizer *t) {
+    if (!t) return;
+    free(t->blob);
+    free(t->offs);
+    free(t->lens);
+    free(t->scores);
+    free(t->types);
+    free(t->hash);
+    free(t->sp_any);
+    free(t->sp_user);
+    free(t->sp_cls);
+    free(t->sp_cls_user);
+    free(t);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * From GGUF metadata
+ * --------------------------------------------------------------------------------------- */
+
+/* Optional u32 id key: absent -> dflt; present but not a u32-compatible integer -> error. */
+static int gguf_id(const gguf_file *f, const char *key, int32_t dflt, int32_t *out, char *err, size_t errlen) {
+    uint32_t v;
+    int rc = gguf_get_u32(f, key, &v);
+    if (rc == -1) {
+        *out = dflt;
+        return 0;
+    }
+    if (rc != 0 || v > INT32_MAX) {
+        set_err(err, errlen, "tokenizer: %s has a bad type or value", key);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int gguf_flag(const gguf_file *f, const char *key, bool dflt, bool *out, char *err, size_t errlen) {
+    int v;
+    int rc = gguf_get_bool(f, key, &v);
+    if (rc == -1) {
+        *out = dflt;
+        return 0;
+    }
+    if (rc != 0) {
+        set_err(err, errlen, "tokenizer: %s is not a bool", key);
+        return -1;
+    }
+    *out = v != 0;
+    return 0;
+}
+
+static uint32_t rd_u32le(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (!f || !out) {
+        set_err(err, errlen, "tokenizer: NULL argument");
+        return -1;
+    }
+    gguf_str model;
+    int rc = gguf_get_str(f, "tokenizer.ggml.model", &model);
+    if (rc != 0) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.model %s", rc == -1 ? "missing" : "is not a string");
+        return -1;
+    }
+    if (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0) {
+        set_err(err, errlen, "tokenizer: unsupported tokenizer.ggml.model '%.*s' (only \"llama\" / SentencePiece)",
+                (int)(model.len > 64 ? 64 : model.len), model.ptr);
+        return -1;
+    }
+
+    const gguf_value *toks, *scores = NULL, *types = NULL;
+    rc = gguf_get_arr(f, "tokenizer.ggml.tokens", &toks);
+    if (rc != 0 || toks->v.arr.elem != GGUF_VT_STRING || !toks->v.arr.items) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens %s",
+                rc == -1 ? "missing" : "is not an array of strings");
+        return -1;
+    }
+    uint64_t n = toks->v.arr.count;
+    if (n < 1 || n > TOK_MAX_VOCAB) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens has %llu entries (want 1..%d)", (unsigned long long)n,
+                TOK_MAX_VOCAB);
+        return -1;
+    }
+    rc = gguf_get_arr(f, "tokenizer.ggml.scores", &scores);
+    if (rc == -1) scores = NULL; /* optional, as in llama.cpp: all 0 */
+    else if (rc != 0 || scores->v.arr.elem != GGUF_VT_F32 || scores->v.arr.count != n || !scores->v.arr.data) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.scores must be %llu f32 values", (unsigned long long)n);
+        return -1;
+    }
+    rc = gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
+    if (rc == -1) types = NULL; /* optional: all normal */
+    else if (rc != 0 || (types->v.arr.elem != GGUF_VT_I32 && types->v.arr.elem != GGUF_VT_U32) ||
+             types->v.arr.count != n || !types->v.arr.data) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.token_type must be %llu i32 values", (unsigned long long)n);
+        return -1;
+    }
+
+    ls_tokenizer_desc d = {0};
+    d.n_vocab = (int32_t)n;
+    /* llama.cpp's defaults for an SPM vocab when a key is absent. */
+    int32_t dflt_bos = n > 1 ? 1 : -1, dflt_eos = n > 2 ? 2 : -1;
+    if (gguf_id(f, "tokenizer.ggml.bos_token_id", dflt_bos, &d.bos, err, errlen) ||
+        gguf_id(f, "tokenizer.ggml.eos_token_id", dflt_eos, &d.eos, err, errlen) ||
+        gguf_id(f, "tokenizer.ggml.unknown_token_id", 0, &d.unk, err, errlen) ||
+        gguf_id(f, "tokenizer.ggml.padding_token_id", -1, &d.pad, err, errlen) ||
+        gguf_id(f, "tokenizer.ggml.eot_token_id", -1, &d.eot, err, errlen) ||
+        gguf_id(f, "tokenizer.ggml.eom_token_id", -1, &d.eom, err, errlen) ||
+        gguf_flag(f, "tokenizer.ggml.add_bos_token", true, &d.add_bos, err, errlen) ||
+        gguf_flag(f, "tokenizer.ggml.add_space_prefix", true, &d.add_space_prefix, err, errlen))
+        return -1;
+
+    const char **texts = malloc(n * sizeof *texts);
+    uint64_t *lens = malloc(n * sizeof *lens);
+    float *sc = scores ? malloc(n * sizeof *sc) : NULL;
+    int32_t *ty = types ? malloc(n * sizeof *ty) : NULL;
+    rc = -1;
+    if (!texts || !lens || (scores && !sc) || (types && !ty)) {
+        set_err(err, errlen, "tokenizer: out of memory");
+        goto done;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        const gguf_value *v = &toks->v.arr.items[i];
+        if (v->type != GGUF_VT_STRING) {
+            set_err(err, errlen, "tokenizer: token %llu is not a string", (unsigned long long)i);
+            goto done;
+        }
+        texts[i] = v->v.s.ptr;
+        lens[i] = v->v.s.len;
+        /* Raw little-endian elements; memcpy avoids unaligned loads. */
+        if (sc) {
+            uint32_t bits = rd_u32le(scores->v.arr.data + 4 * i);
+            memcpy(&sc[i], &bits, 4);
+        }
+        if (ty) {
+            uint32_t bits = rd_u32le(types->v.arr.data + 4 * i);
+            if (types->v.arr.elem == GGUF_VT_U32 && bits > INT32_MAX) bits = 0xFFFFFFFFu; /* -> invalid type */
+            memcpy(&ty[i], &bits, 4);
+        }
+    }
+    d.texts = texts;
+    d.lens = lens;
+    d.scores = sc;
+    d.types = ty;
+    rc = ls_tokenizer_create(&d, out, err, errlen);
+done:
+    free(texts);
+    free(lens);
+    free(sc);
+    free(ty);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Accessors
+ * --------------------------------------------------------------------------------------- */
+
+static bool valid_id(const ls_tokenizer *t, int32_t id) { return t && id >= 0 && id < t->n_vocab; }
+
+int32_t ls_tokenizer_n_vocab(const ls_tokenizer *t) { return t ? t->n_vocab : 0; }
+int32_t ls_tokenizer_bos(const ls_tokenizer *t) { return t ? t->bos : -1; }
+int32_t ls_tokenizer_eos(const ls_tokenizer *t) { return t ? t->eos : -1; }
+bool ls_tokenizer_add_bos(const ls_tokenizer *t) { return t && t->add_bos; }
+
+bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id) {
+    if (!valid_id(t, id)) return false;
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
+
+int ls_tokenizer_token_type(const ls_tokenizer *t, int32_t id) { return valid_id(t, id) ? t->types[id] : -1; }
+float ls_tokenizer_token_score(const ls_tokenizer *t, int32_t id) { return valid_id(t, id) ? t->scores[id] : 0.0f; }
+
+const char *ls_tokenizer_token_text(const ls_tokenizer *t, int32_t id, size_t *len) {
+    if (!valid_id(t, id)) return NULL;
+    if (len) *len = t->lens[id];
+    return t->blob + t->offs[id];
+}
+
+int32_t ls_tokenizer_byte_token(const ls_tokenizer *t, uint8_t byte) { return t ? t->byte_tok[byte] : -1; }
+
+/* ---------------------------------------------------------------------------------------
+ * Decoding
+ * --------------------------------------------------------------------------------------- */
+
+int ls_token_piece(const ls_tokenizer *t, int32_t id, bool render_special, const char **p, size_t *n, bool *unescape) {
+#define B4(x) x, x + 1, x + 2, x + 3
+#define B16(x) B4(x), B4(x + 4), B4(x + 8), B4(x + 12)
+#define B64(x) B16(x), B16(x + 16), B16(x + 32), B16(x + 48)
+    static const unsigned char byte_chars[256] = {B64(0), B64(64), B64(128), B64(192)};
+#undef B4
+#undef B16
+#undef B64
+    if (!valid_id(t, id) || !p || !n || !unescape) return -1;
+    const char *s = t->blob + t->offs[id];
+    *p = s;
+    *n = 0;
+    *unescape = false;
+    switch (t->types[id]) {
+    case LS_TOKEN_NORMAL:
+        *n = t->lens[id];
+        *unescape = true;
+        break;
+    case LS_TOKEN_USER_DEFINED:
+        *n = t->lens[id];
+        break;
+    case LS_TOKEN_CONTROL:
+    case LS_TOKEN_UNKNOWN:
+        if (render_special) *n = t->lens[id];
+        break;
+    case LS_TOKEN_BYTE:
+        *p = (const char *)&byte_chars[parse_byte_text(s, t->lens[id])]; /* validated at load */
+        *n = 1;
+        break;
+    default: /* UNDEFINED, UNUSED: llama.cpp renders nothing */
+        break;
+    }
+    return 0;
+}
+
+int ls_token_to_bytes(const ls_tokenizer *t, int32_t id, bool render_special, char *buf, int cap) {
+    const char *p;
+    size_t n;
+    bool unescape;
+    if (ls_token_piece(t, id, render_special, &p, &n, &unescape) != 0 || cap < 0) return -1;
+    /* Needed size: each 3-byte U+2581 shrinks to one space. */
+    size_t need = 0;
+    for (size_t i = 0; i < n; i++, need++)
+        if (unescape && i + 3 <= n && memcmp(p + i, "\xE2\x96\x81", 3) == 0) i += 2;
+    if (need > (size_t)INT32_MAX) return -1;
+    if (need > (size_t)cap || (need > 0 && !buf)) return (int)need;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (unescape && i + 3 <= n && memcmp(p + i, "\xE2\x96\x81", 3) == 0) {
+            buf[o++] = ' ';
+            i += 2;
+        } else {
+            buf[o++] = p[i];
+        }
+    }
+    return (int)o;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Encoding: special-token partition, then SPM on the plain pieces
+ * --------------------------------------------------------------------------------------- */
+
+typedef struct {
+    size_t pos;
+    uint32_t len;
+    int32_t id;
+} tok_match;
+
+static int cmp_match_id_pos(const void *a, const void *b) {
+    const tok_match *x = a, *y = b;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int cmp_match_pos(const void *a, const void *b) {
+    const tok_match *x = a, *y = b;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int push_match(tok_match **a, size_t *n, size_t *cap, tok_match m) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        tok_match *na = realloc(*a, nc * sizeof **a);
+        if (!na) return -1;
+        *a = na;
+        *cap = nc;
+    }
+    (*a)[(*n)++] = m;
+    return 0;
+}
+
+/* Finds the special-token occurrences llama.cpp's partition would take, sorted by
+ * position. Returns their count (*out malloc'ed, NULL when 0) or -1 on allocation failure. */
+static int64_t tok_partition(const ls_tokenizer *t, const char *text, size_t len, bool parse_special,
+                             tok_match **out) {
+    const tok_len_class *cls = parse_special ? t->sp_cls : t->sp_cls_user;
+    int n_cls = parse_special ? t->n_sp_cls : t->n_sp_cls_user;
+    const int32_t *ids = parse_special ? t->sp_any : t->sp_user;
+    *out = NULL;
+    if (n_cls == 0 || len == 0) return 0;
+    uint8_t *claimed = calloc(len, 1); /* [len] 1 = inside an accepted special token */
+    tok_match *acc = NULL, *cand = NULL;
+    size_t na = 0, cap_a = 0, cap_c = 0;
+    if (!claimed) return -1;
+    for (int k = 0; k < n_cls; k++) {
+        const uint32_t L = cls[k].len;
+        if (L > len) continue;
+        /* Gather this length's candidates at positions no longer token has claimed. */
+        size_t nc = 0;
+        bool multi = false;
+        for (size_t p = 0; p + L <= len; p++) {
+            uint8_t b = (uint8_t)text[p];
+            if (!((cls[k].first[b >> 6] >> (b & 63)) & 1) || claimed[p] || claimed[p + L - 1]) continue;
+            int32_t id = ids[sp_slot(t, text + p, L)];
+            if (id < 0) continue;
+            multi |= nc > 0 && cand[0].id != id;
+            if (push_match(&cand, &nc, &cap_c, (tok_match){p, L, id})) goto oom;
+        }
+        /* One token at a time (ascending id), each left to right, as llama.cpp's loop. */
+        if (multi) qsort(cand, nc, sizeof *cand, cmp_match_id_pos);
+        for (size_t i = 0; i < nc; i++) {
+            size_t p = cand[i].pos;
+            if (claimed[p] || claimed[p + L - 1]) continue;
+            memset(claimed + p, 1, L);
+            if (push_match(&acc, &na, &cap_a, cand[i])) goto oom;
+        }
+    }
+    free(cand);
+    free(claimed);
+    if (na > 1) qsort(acc, na, sizeof *acc, cmp_match_pos);
+    *out = acc;
+    return (int64_t)na;
+oom:
+    free(cand);
+    free(acc);
+    free(claimed);
+    return -1;
+}
+
+int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
+                    int32_t *out, int64_t cap) {
+    if (!t || (!text && len) || cap < 0 || (!out && cap > 0) || len > TOK_MAX_TEXT) return -1;
+    int64_t n = 0;
+    if (add_bos) {
+        if (t->bos < 0) return -1;
+        if (n < cap) out[n] = t->bos;
+        n++;
+    }
+    if (len == 0) return n; /* llama.cpp: no fragments at all, not even a space prefix */
+
+    tok_match *m;
+    int64_t nm = tok_partition(t, text, len, parse_special, &m);
+    if (nm < 0) return -1;
+    /* Fragments in order: plain text between matches goes through SPM. llama.cpp adds the
+     * space prefix (if enabled) to a plain fragment at the start or after a special. */
+    bool prev_special = true;
+    size_t p = 0;
+    for (int64_t i = 0; i <= nm && n >= 0; i++) {
+        size_t end = i < nm ? m[i].pos : len;
+        if (end > p) {
+            n = ls_spm_encode(t, text + p, end - p, t->add_space_prefix && prev_special, out, cap, n);
+            prev_special = false;
+        }
+        if (i < nm && n >= 0) {
+            if (n < cap) out[n] = m[i].id;
+            n++;
+            prev_special = true;
+            p = m[i].pos + m[i].len;
+        }
+    }
+    free(m);
+    return n;
+}
