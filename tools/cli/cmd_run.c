@@ -8,14 +8,16 @@
 
 #include "cli.h"
 
-static const char *DEFAULT_PROMPT = "Write a short paragraph about why the sky is blue.";
+/* The default model (Gemma 3 270M) is a base model: a completion prompt suits it better
+ * than a chat turn. */
+static const char *DEFAULT_PROMPT = "Once upon a time, in a small village by the sea,";
 
 static void run_usage(FILE *f) {
     fprintf(f, "usage: lockstep run [-m MODEL] [-p TEXT | -f FILE] [-n N] [--chat] [--temp T] [--top-k K]\n"
                "                    [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N]\n"
                "                    [--frequency-penalty F] [--presence-penalty P] [--seed S] [-t N] [-c N]\n"
                "                    [-b N] [--ignore-eos] [--stats]\n"
-               "  Without -p/-f a default prompt is used (with --chat applied).\n"
+               "  Without -p/-f a default story prompt is used.\n"
                "  Defaults: -n 256, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, seed random.\n");
 }
 
@@ -95,7 +97,6 @@ int cmd_run(int argc, char **argv) {
     } else {
         text = strdup(DEFAULT_PROMPT);
         len = strlen(text);
-        chat = true;
     }
     ls_model *m = cli_open_model(c.model);
     if (!m) {
