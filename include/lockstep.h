@@ -53,6 +53,8 @@ typedef struct {
 } ls_message;
 char *ls_chat_apply(const ls_model *m, const ls_message *msgs, int n, char *err, size_t errlen);
 bool ls_token_is_eog(const ls_model *m, int32_t id);
+/* True if both models have the same token texts, in the same order. */
+bool ls_model_same_vocab(const ls_model *a, const ls_model *b);
 int32_t ls_token_bos(const ls_model *m);
 
 /* Streaming detokenizer: appends only complete UTF-8 to out; returns bytes written or -1. */
@@ -80,6 +82,7 @@ int32_t ls_session_n_ctx(const ls_session *s);
 int32_t ls_session_pos(const ls_session *s); /* tokens in the cache */
 int32_t ls_session_n_vocab(const ls_session *s);
 int32_t ls_session_n_batch(const ls_session *s);
+int32_t ls_session_n_threads(const ls_session *s);
 const ls_model *ls_session_model(const ls_session *s);
 
 /* Run n tokens (n <= n_batch) at positions pos..pos+n-1, appending to the KV cache.
@@ -110,19 +113,75 @@ ls_sampling ls_sampling_default(void);
  * positions [0, pos) (prompt + generated). Pure function: same inputs, same token. */
 int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos);
 
+/* ---- drafters (speculative decoding) ---------------------------------------------- */
+
+typedef struct ls_drafter ls_drafter;
+/* Prompt lookup: match the last n tokens (n from n_max down to n_min) in the prompt and the
+ * text so far; propose what followed the most recent earlier match. */
+int ls_drafter_ngram_create(int32_t n_min, int32_t n_max, ls_drafter **out, char *err, size_t errlen);
+/* A separate model with the same vocabulary, its own session and KV cache rolled back in
+ * step with the target's. Refuses a vocabulary mismatch. n_threads 0 = all cores. */
+int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_ctx, int32_t n_threads,
+                            ls_drafter **out, char *err, size_t errlen);
+void ls_drafter_free(ls_drafter *d);
+const char *ls_drafter_name(const ls_drafter *d);
+
+typedef enum {
+    LS_SPEC_EXACT = 0,     /* accept while draft == the target's position-keyed choice: byte-identical */
+    LS_SPEC_REJECTION = 1, /* standard rejection sampling: same distribution, NOT byte-identical */
+} ls_spec_sampling;
+
+/* ---- exactness probe --------------------------------------------------------------- */
+
+typedef struct {
+    int32_t block_size;       /* K, 2..16 */
+    int32_t n_threads;        /* 0 = all cores */
+    bool trace;               /* always localize and log per-layer results */
+    /* Test-only fault injection into the verify-block path: perturb sub-op fault_stage
+     * ("attention", "mlp", "layer-output", "final-norm", "lm-head") of layer fault_layer. */
+    const char *fault_stage;  /* NULL = off */
+    int32_t fault_layer;
+} ls_probe_params;
+/* Returns 1 if verify blocks are byte-identical to the single-token chain, 0 if not (msg
+ * says where they first diverge), < 0 if the probe could not run (err says why). */
+int ls_probe(ls_model *m, const ls_probe_params *p, char *msg, size_t msglen, char *err, size_t errlen);
+
 /* ---- generation ----------------------------------------------------------------- */
 
 typedef struct {
     int32_t n_predict;  /* max new tokens; < 0: until EOS or context end */
     bool ignore_eos;
     ls_sampling sampling;
+    /* Speculative decoding (drafter NULL = classic). */
+    ls_drafter *drafter;
+    int32_t block_size;        /* K: verify block rows (bonus + up to K-1 drafts), 2..16 */
+    bool adaptive;             /* adjust K below block_size, or turn speculation off, when it does not pay */
+    ls_spec_sampling spec_sampling;
+    bool allow_inexact;        /* keep speculating when the exactness probe fails (loud warning) */
+    bool skip_probe;           /* tests only: do not run the start-up probe */
+    /* Optional: called with every emitted token id, in order (before the text callback). */
+    void (*on_token)(int32_t id, void *ud);
 } ls_gen_params;
+ls_gen_params ls_gen_default_params(void);
+
+enum { LS_SPEC_MAX_BLOCK = 16 };
 
 typedef struct {
     int32_t n_prompt, n_generated;
     double prefill_ms, decode_ms;
-    const char *stop_reason; /* "eos", "length", "context" */
+    const char *stop_reason; /* "eos", "length", "context", "stopped" */
+    /* Speculative rounds (all zero for classic decoding). */
+    bool speculative;          /* speculation was used */
+    const char *spec_declined; /* NULL, or why speculation was declined */
+    int64_t rounds, proposed, accepted, emitted;
+    int64_t zero_accept_rounds, partial_accept_rounds, full_accept_rounds;
+    int64_t accepted_at[LS_SPEC_MAX_BLOCK]; /* drafts accepted at block position i+1 */
+    int64_t proposed_at[LS_SPEC_MAX_BLOCK];
+    double draft_ms, verify_ms, rollback_ms, probe_ms;
+    int32_t final_block_size;
 } ls_gen_stats;
+/* One line of key=value pairs (acceptance_rate, emitted_per_verify, ...) into buf. */
+int ls_gen_stats_format(const ls_gen_stats *st, char *buf, size_t cap);
 
 /* Called with each newly completed UTF-8 text chunk; return false to stop. */
 typedef bool (*ls_text_cb)(const char *text, size_t len, void *ud);

@@ -1,11 +1,23 @@
-/* Classic generation: prefill the prompt in chunks of n_batch, then one token per
- * forward. The first token after prefill comes from the same sampler at the same
- * position as every later one; EOS is checked on every token. */
+/* Generation: classic decoding and exact speculative decoding over one emission path.
+ *
+ * Both modes prefill the prompt identically (chunks of n_batch) and choose the token for
+ * absolute position p with the same sampler from the logits row of position p-1, with the
+ * same history. Speculative rounds (speculative.md section 4): the drafter proposes up to
+ * K-1 tokens after the bonus token; ONE target forward runs [bonus, d1..] as a block; row j's
+ * logits equal the chain's (batch-invariant kernels), so the choice c_j equals classic
+ * decoding's; drafts are accepted while d_{j+1} == c_j; every emitted token is checked for
+ * EOS / budget / context exactly as classic decoding checks it; then every cache is rolled
+ * back to the last emitted token, which becomes the next bonus. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/log.h"
+#include "decode/drafter.h"
+#include "decode/probe.h"
+#include "decode/rng.h"
+#include "decode/sampler.h"
 #include "lockstep.h"
 
 static double now_ms(void) {
@@ -14,12 +26,54 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* Prefill tokens[0..n) into an empty-or-not session in n_batch chunks; the last row's
- * logits land in `logits`. Chunking never changes results (every op is row-exact). */
-static int prefill(ls_session *s, const int32_t *tokens, int32_t n, int32_t n_batch, float *logits, char *err,
-                   size_t errlen) {
-    for (int32_t i = 0; i < n; i += n_batch) {
-        int32_t m = n - i < n_batch ? n - i : n_batch;
+ls_gen_params ls_gen_default_params(void) {
+    ls_gen_params p = {.n_predict = 256, .sampling = ls_sampling_default(), .block_size = 4, .adaptive = true};
+    return p;
+}
+
+typedef struct {
+    ls_session *s;
+    const ls_model *m;
+    const ls_gen_params *gp;
+    int32_t *hist; /* [n_ctx] prompt, then emitted tokens by position */
+    int32_t n_ctx, n_vocab, budget;
+    ls_detok dt;
+    ls_text_cb cb;
+    void *ud;
+    ls_gen_stats *st;
+    bool done;
+} gen_state;
+
+/* Offer the token chosen for position pos. Returns false when generation ends (an EOG
+ * token ends it without being emitted, like classic decoding). */
+static bool emit(gen_state *g, int32_t pos, int32_t tok) {
+    if (!g->gp->ignore_eos && ls_token_is_eog(g->m, tok)) {
+        g->st->stop_reason = "eos";
+        g->done = true;
+        return false;
+    }
+    g->hist[pos] = tok;
+    g->st->n_generated++;
+    if (g->gp->on_token) g->gp->on_token(tok, g->ud);
+    char text[256];
+    int n = ls_detok_token(g->m, &g->dt, tok, text, sizeof text);
+    if (n > 0 && g->cb && !g->cb(text, (size_t)n, g->ud)) {
+        g->st->stop_reason = "stopped";
+        g->done = true;
+    } else if (g->st->n_generated >= g->budget) {
+        g->st->stop_reason = "length";
+        g->done = true;
+    } else if (pos + 1 >= g->n_ctx) {
+        g->st->stop_reason = "context";
+        g->done = true;
+    }
+    return !g->done;
+}
+
+static int prefill(ls_session *s, const int32_t *tokens, int32_t n, float *logits, char *err, size_t errlen) {
+    int32_t nb = ls_session_n_batch(s);
+    for (int32_t i = 0; i < n; i += nb) {
+        int32_t m = n - i < nb ? n - i : nb;
         bool last = i + m == n;
         int rc = ls_session_eval(s, tokens + i, m, last ? m - 1 : m, last ? logits : NULL, err, errlen);
         if (rc != LS_OK) return rc;
@@ -27,9 +81,145 @@ static int prefill(ls_session *s, const int32_t *tokens, int32_t n, int32_t n_ba
     return LS_OK;
 }
 
+static int classic_loop(gen_state *g, float *logits, int32_t pos, char *err, size_t errlen) {
+    for (;;) {
+        int32_t tok = ls_sample(&g->gp->sampling, logits, g->n_vocab, g->hist, pos);
+        if (!emit(g, pos, tok)) return LS_OK;
+        int rc = ls_session_eval(g->s, &tok, 1, 0, logits, err, errlen);
+        if (rc != LS_OK) return rc;
+        pos++;
+    }
+}
+
+/* The target's choice for block row j (position pos) given draft d (or -1 after the last
+ * draft). Exact mode: the classic sampler, so the token equals classic decoding's.
+ * Rejection mode: accept d with probability p(d), else draw from p without d. */
+static int32_t choose(gen_state *g, const float *row, int32_t pos, int32_t draft) {
+    const ls_sampling *sp = &g->gp->sampling;
+    if (g->gp->spec_sampling == LS_SPEC_EXACT || draft < 0 || sp->temperature <= 0)
+        return ls_sample(sp, row, g->n_vocab, g->hist, pos);
+    ls_cand *c;
+    int32_t greedy;
+    int32_t n = ls_sample_dist(sp, row, g->n_vocab, g->hist, pos, &c, &greedy);
+    if (n == 0) return greedy;
+    float pd = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].id == draft) pd = c[i].p;
+    int32_t tok = ls_uniform(sp->seed, pos, 1) < pd ? draft : ls_cand_draw(c, n, ls_uniform(sp->seed, pos, 2), draft);
+    free(c);
+    return tok;
+}
+
+/* Adaptive block width: an exponential average of emitted tokens per ms for each width;
+ * mostly exploit the best, periodically try a neighbour. Width 1 is classic decoding. */
+typedef struct {
+    double rate[LS_SPEC_MAX_BLOCK + 1];
+    int32_t tried[LS_SPEC_MAX_BLOCK + 1];
+    int32_t kmax, cur, rounds;
+} adapt_state;
+
+static int32_t adapt_next(adapt_state *a) {
+    a->rounds++;
+    if (a->kmax <= 1) return 1;
+    int32_t best = a->cur;
+    for (int32_t k = 1; k <= a->kmax; k++)
+        if (a->tried[k] && a->rate[k] > a->rate[best]) best = k;
+    /* explore a neighbour every 16 rounds (cheap: one round) */
+    if (a->rounds % 16 == 0) {
+        int32_t nb = best + ((a->rounds / 16) % 2 ? 1 : -1);
+        if (nb < 1) nb = 2;
+        if (nb > a->kmax) nb = a->kmax - 1;
+        if (nb >= 1) return a->cur = nb;
+    }
+    return a->cur = best;
+}
+
+static void adapt_update(adapt_state *a, int32_t k, int32_t emitted, double ms) {
+    if (ms <= 0) ms = 1e-3;
+    double r = emitted / ms;
+    a->rate[k] = a->tried[k] ? 0.8 * a->rate[k] + 0.2 * r : r;
+    a->tried[k]++;
+}
+
+static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, size_t errlen) {
+    const ls_gen_params *gp = g->gp;
+    ls_gen_stats *st = g->st;
+    int32_t kmax = gp->block_size;
+    adapt_state ad = {.kmax = kmax, .cur = kmax};
+    int32_t drafts[LS_SPEC_MAX_BLOCK], block[LS_SPEC_MAX_BLOCK];
+    /* First token after prefill: the classic sampler (the bonus). */
+    int32_t tok = ls_sample(&gp->sampling, logits_buf, g->n_vocab, g->hist, pos);
+    if (!emit(g, pos, tok)) return LS_OK;
+    int32_t n = pos + 1; /* hist[0..n): the last entry is the bonus, not yet run */
+    for (;;) {
+        int32_t k = gp->adaptive ? adapt_next(&ad) : kmax;
+        int32_t maxd = k - 1;
+        int32_t remaining = g->budget - st->n_generated;
+        if (maxd > remaining - 1) maxd = remaining - 1;
+        if (maxd > g->n_ctx - n) maxd = g->n_ctx - n;
+        if (maxd < 0) maxd = 0;
+        double t0 = now_ms();
+        int32_t nd = maxd > 0 ? gp->drafter->ops->propose(gp->drafter, g->s, g->hist, n, maxd, &gp->sampling,
+                                                          gp->spec_sampling == LS_SPEC_REJECTION, drafts)
+                              : 0;
+        double t1 = now_ms();
+        block[0] = g->hist[n - 1];
+        memcpy(block + 1, drafts, sizeof(int32_t) * (size_t)nd);
+        int rc = ls_session_eval(g->s, block, nd + 1, 0, logits_buf, err, errlen);
+        if (rc != LS_OK) return rc;
+        double t2 = now_ms();
+        int32_t emitted = 0, accepted = 0;
+        bool ended = false;
+        for (int32_t j = 0; j <= nd; j++) {
+            int32_t c = choose(g, logits_buf + (int64_t)j * g->n_vocab, n + j, j < nd ? drafts[j] : -1);
+            emit(g, n + j, c);
+            if (g->done) { /* EOS (not emitted), budget, context or the callback */
+                ended = true;
+                break;
+            }
+            emitted++;
+            if (j < nd && c == drafts[j]) {
+                accepted++;
+                st->accepted_at[j]++;
+            } else
+                break;
+        }
+        /* Roll the target back to the last emitted token (it is the next bonus). */
+        int32_t new_n = n + emitted;
+        if (!ended) {
+            if (ls_session_truncate(g->s, new_n - 1) != LS_OK) {
+                snprintf(err, errlen, "speculative: rollback to %d failed", new_n - 1);
+                return LS_ERR;
+            }
+            gp->drafter->ops->rollback(gp->drafter, new_n - 1);
+        }
+        double t3 = now_ms();
+        st->rounds++;
+        st->emitted += emitted;
+        if (nd > 0) {
+            st->proposed += nd;
+            st->accepted += accepted;
+            for (int32_t j = 0; j < nd; j++) st->proposed_at[j]++;
+            if (accepted == 0) st->zero_accept_rounds++;
+            else if (accepted == nd) st->full_accept_rounds++;
+            else st->partial_accept_rounds++;
+        }
+        st->draft_ms += t1 - t0;
+        st->verify_ms += t2 - t1;
+        st->rollback_ms += t3 - t2;
+        if (gp->adaptive && emitted > 0) adapt_update(&ad, nd + 1 < k ? k : nd + 1, emitted, t3 - t0);
+        st->final_block_size = ad.cur;
+        if (ended || g->done) return LS_OK;
+        n = new_n;
+    }
+}
+
 int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp, ls_text_cb cb,
                 void *ud, ls_gen_stats *stats, char *err, size_t errlen) {
-    ls_gen_stats st = {.n_prompt = n_prompt, .stop_reason = "length"};
+    ls_gen_stats st;
+    memset(&st, 0, sizeof st);
+    st.n_prompt = n_prompt;
+    st.stop_reason = "length";
     int32_t n_ctx = ls_session_n_ctx(s), n_vocab = ls_session_n_vocab(s);
     if (n_prompt <= 0) {
         snprintf(err, errlen, "empty prompt");
@@ -39,9 +229,37 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
         snprintf(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, n_ctx);
         return LS_ERR_CONTEXT;
     }
+    bool spec = gp->drafter != NULL;
+    if (spec && (gp->block_size < 2 || gp->block_size > LS_SPEC_MAX_BLOCK)) {
+        snprintf(err, errlen, "draft block size %d out of range [2, %d]", gp->block_size, LS_SPEC_MAX_BLOCK);
+        return LS_ERR_ARG;
+    }
+    if (spec && gp->block_size > ls_session_n_batch(s)) {
+        snprintf(err, errlen, "draft block size %d exceeds the session batch %d", gp->block_size,
+                 ls_session_n_batch(s));
+        return LS_ERR_ARG;
+    }
+    if (spec && !gp->skip_probe) {
+        double tp = now_ms();
+        ls_probe_result pr;
+        ls_probe_run_cached(s, ls_drafter_name(gp->drafter), gp->block_size, &pr);
+        st.probe_ms = now_ms() - tp;
+        if (!pr.passed) {
+            if (gp->allow_inexact) {
+                LS_WARN("exactness probe FAILED but --allow-inexact keeps speculation on: output may differ from "
+                        "classic decoding. %s",
+                        pr.message);
+            } else {
+                LS_WARN("speculation declined, serving classic decoding: %s", pr.message);
+                st.spec_declined = "exactness probe failed";
+                spec = false;
+            }
+        }
+    }
     int32_t budget = gp->n_predict < 0 ? n_ctx - n_prompt : gp->n_predict;
+    int32_t rows = spec ? gp->block_size : 1;
     int32_t *hist = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    float *logits = malloc(sizeof(float) * (size_t)n_vocab);
+    float *logits = malloc(sizeof(float) * (size_t)n_vocab * (size_t)rows);
     if (!hist || !logits) {
         free(hist);
         free(logits);
@@ -49,39 +267,19 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
         return LS_ERR_NOMEM;
     }
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
-    const ls_model *m = ls_session_model(s);
-
-    int rc = LS_OK;
+    gen_state g = {.s = s, .m = ls_session_model(s), .gp = gp, .hist = hist, .n_ctx = n_ctx, .n_vocab = n_vocab,
+                   .budget = budget, .cb = cb, .ud = ud, .st = &st};
     double t0 = now_ms();
-    ls_session_truncate(s, 0);
-    rc = prefill(s, prompt, n_prompt, ls_session_n_batch(s), logits, err, errlen);
+    int rc = ls_session_truncate(s, 0);
+    if (spec) gp->drafter->ops->rollback(gp->drafter, 0);
+    if (rc == LS_OK) rc = prefill(s, prompt, n_prompt, logits, err, errlen);
     double t1 = now_ms();
     st.prefill_ms = t1 - t0;
-    ls_detok dt = {0};
-    char text[256];
-    int32_t pos = n_prompt;
-    while (rc == LS_OK && st.n_generated < budget) {
-        int32_t tok = ls_sample(&gp->sampling, logits, n_vocab, hist, pos);
-        if (!gp->ignore_eos && ls_token_is_eog(m, tok)) {
-            st.stop_reason = "eos";
-            break;
-        }
-        hist[pos] = tok;
-        st.n_generated++;
-        int n = ls_detok_token(m, &dt, tok, text, sizeof text);
-        if (n > 0 && cb && !cb(text, (size_t)n, ud)) {
-            st.stop_reason = "stopped";
-            break;
-        }
-        pos++;
-        if (st.n_generated >= budget) break;
-        if (pos >= n_ctx) {
-            st.stop_reason = "context";
-            break;
-        }
-        rc = ls_session_eval(s, &tok, 1, 0, logits, err, errlen);
-    }
-    int n = ls_detok_finish(&dt, text, sizeof text);
+    st.speculative = spec;
+    if (rc == LS_OK && budget > 0)
+        rc = spec ? spec_loop(&g, logits, n_prompt, err, errlen) : classic_loop(&g, logits, n_prompt, err, errlen);
+    char text[64];
+    int n = ls_detok_finish(&g.dt, text, sizeof text);
     if (n > 0 && cb) cb(text, (size_t)n, ud);
     st.decode_ms = now_ms() - t1;
     if (stats) *stats = st;

@@ -18,11 +18,9 @@ ls_sampling ls_sampling_default(void) {
     return s;
 }
 
-typedef struct {
-    int32_t id;
-    float logit;
-    float p;
-} cand;
+#include "decode/sampler.h"
+
+typedef ls_cand cand;
 
 static int cand_cmp(const void *a, const void *b) {
     const cand *x = a, *y = b;
@@ -99,7 +97,12 @@ static void softmax(cand *c, int32_t n, float temp) {
     for (int32_t i = 0; i < n; i++) c[i].p /= sum;
 }
 
-int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos) {
+/* The filtered distribution for one position: candidates sorted by logit (ties: lower id
+ * first) with probabilities after top-k, top-p, min-p and temperature. Returns the count,
+ * or 0 for greedy (temperature <= 0; *greedy_tok set). *out is malloc'ed; caller frees. */
+int32_t ls_sample_dist(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history,
+                       int32_t pos, ls_cand **out, int32_t *greedy_tok) {
+    *out = NULL;
     const float *l = logits;
     float *copy = NULL;
     if (penalties_on(sp) && history && pos > 0) {
@@ -110,20 +113,15 @@ int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, c
             l = copy;
         }
     }
-    int32_t tok;
-    if (sp->temperature <= 0.0f) {
-        tok = argmax(l, n_vocab);
-        free(copy);
-        return tok;
-    }
     int32_t k = sp->top_k > 0 && sp->top_k < n_vocab ? sp->top_k : n_vocab;
-    cand *c = malloc(sizeof(cand) * (size_t)k);
-    if (!c) { /* cannot sample without memory: fall back to the most likely token */
-        tok = argmax(l, n_vocab);
+    cand *c = sp->temperature <= 0.0f ? NULL : malloc(sizeof(cand) * (size_t)k);
+    if (!c) { /* greedy, or no memory to sample: the most likely token */
+        *greedy_tok = argmax(l, n_vocab);
         free(copy);
-        return tok;
+        return 0;
     }
     int32_t n = select_top(l, n_vocab, k, c);
+    free(copy);
     if (sp->top_p < 1.0f) {
         softmax(c, n, 1.0f);
         float cum = 0;
@@ -145,17 +143,33 @@ int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, c
         n = keep;
     }
     softmax(c, n, sp->temperature);
-    float u = ls_uniform(sp->seed, pos, 0);
-    float cum = 0;
-    tok = c[n - 1].id;
+    *out = c;
+    return n;
+}
+
+/* Inverse-CDF draw over candidates in their fixed order; `skip` (or -1) is excluded and the
+ * rest renormalized (the residual distribution of rejection sampling). */
+int32_t ls_cand_draw(const ls_cand *c, int32_t n, float u, int32_t skip) {
+    float total = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].id != skip) total += c[i].p;
+    float cum = 0, target = u * total;
+    int32_t last = -1;
     for (int32_t i = 0; i < n; i++) {
+        if (c[i].id == skip) continue;
+        last = c[i].id;
         cum += c[i].p;
-        if (u < cum) {
-            tok = c[i].id;
-            break;
-        }
+        if (target < cum) return c[i].id;
     }
+    return last >= 0 ? last : c[0].id;
+}
+
+int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos) {
+    ls_cand *c;
+    int32_t greedy;
+    int32_t n = ls_sample_dist(sp, logits, n_vocab, history, pos, &c, &greedy);
+    if (n == 0) return greedy;
+    int32_t tok = ls_cand_draw(c, n, ls_uniform(sp->seed, pos, 0), -1);
     free(c);
-    free(copy);
     return tok;
 }

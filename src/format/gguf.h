@@ -24,7 +24,8 @@ typedef struct {
 
 /* One metadata value. Scalars are decoded; strings point into the mapping; arrays keep
  * their element type, count and a pointer to the raw elements (for arrays of strings and
- * nested arrays, use gguf_arr_str / gguf_arr_sub, which walk pre-validated offsets). */
+ * nested arrays, the elements are also decoded into items; gguf_arr_str / gguf_arr_sub
+ * index them with bounds checks). */
 typedef struct gguf_value gguf_value;
 struct gguf_value {
     gguf_vtype type;
@@ -81,6 +82,21 @@ int gguf_get_bool(const gguf_file *f, const char *key, int *out);
 int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
 /* Array: on success *out is the array value (type GGUF_VT_ARRAY). */
 int gguf_get_arr(const gguf_file *f, const char *key, const gguf_value **out);
+
+/* Array elements, bounds-checked, same return codes as the getters (-1: i >= count or not
+ * an array; -2: element type doesn't fit). Raw elements sit at arbitrary (unaligned)
+ * offsets in the mapping; these decode them safely. */
+int gguf_arr_str(const gguf_value *arr, uint64_t i, gguf_str *out);          /* STRING elements */
+int gguf_arr_sub(const gguf_value *arr, uint64_t i, const gguf_value **out); /* ARRAY elements */
+int gguf_arr_i64(const gguf_value *arr, uint64_t i, int64_t *out);           /* integers that fit */
+int gguf_arr_f32(const gguf_value *arr, uint64_t i, float *out);             /* F32/F64/integers */
+
+/* Arrays nest at most this deep (an array of arrays is depth 2); deeper files are rejected. */
+#define GGUF_MAX_ARRAY_DEPTH 8
+
+const char *gguf_vtype_name(uint32_t type); /* "u8", "string", ...; "?" if unknown */
+uint32_t gguf_alignment(const gguf_file *f);  /* general.alignment, default 32 */
+uint64_t gguf_data_offset(const gguf_file *f); /* file offset of the data section */
 
 uint64_t gguf_n_tensors(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);

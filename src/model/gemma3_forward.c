@@ -23,6 +23,24 @@ static void store_kv(ls_kv_layer *c, const float *k, const float *v, int32_t pos
     }
 }
 
+const char *ls_stage_name(ls_stage st) {
+    static const char *names[] = {"attention", "mlp", "layer-output", "final-norm", "lm-head"};
+    return st < LS_STAGE_COUNT ? names[st] : "?";
+}
+
+/* Probe hook: fault injection (blocks only) then capture. */
+static void stage_done(ls_session *s, int32_t layer, ls_stage st, float *rows, int32_t n, int64_t width,
+                       int32_t pos0) {
+    if (s->fault_on && n > 1 && layer == s->fault_layer && st == s->fault_stage) {
+        uint32_t u;
+        float *x = rows + (int64_t)(n - 1) * width; /* last row of the block */
+        memcpy(&u, x, 4);
+        u ^= 1u;
+        memcpy(x, &u, 4);
+    }
+    if (s->capture) s->capture(s->capture_ud, layer, st, rows, n, width, pos0);
+}
+
 static void attention_block(ls_session *s, const ls_layer *l, ls_kv_layer *c, int32_t pos0, int32_t n) {
     const ls_config *cfg = &s->model->cfg;
     ls_backend *be = s->be;
@@ -88,6 +106,7 @@ int ls_gemma3_forward(ls_session *s, const int32_t *tokens, int32_t n, int32_t l
         memcpy(s->xn, s->x, sizeof(float) * (size_t)(n * d));
         op->rmsnorm(be, s->xn, l->attn_norm, n, d, cfg->eps);
         attention_block(s, l, &s->kv[i], pos0, n);
+        stage_done(s, i, LS_STAGE_ATTENTION, s->tmp, n, d, pos0);
         op->rmsnorm(be, s->tmp, l->post_attn_norm, n, d, cfg->eps);
         op->add(be, s->x, s->tmp, n * d);
 
@@ -97,8 +116,10 @@ int ls_gemma3_forward(ls_session *s, const int32_t *tokens, int32_t n, int32_t l
         op->matmul(be, &l->w_up, s->xn, n, s->up);
         op->gelu_mul(be, s->gate, s->up, (int64_t)n * cfg->n_ff);
         op->matmul(be, &l->w_down, s->gate, n, s->tmp);
+        stage_done(s, i, LS_STAGE_MLP, s->tmp, n, d, pos0);
         op->rmsnorm(be, s->tmp, l->post_ffw_norm, n, d, cfg->eps);
         op->add(be, s->x, s->tmp, n * d);
+        stage_done(s, i, LS_STAGE_LAYER_OUTPUT, s->x, n, d, pos0);
     }
     s->pos = pos0 + n;
 
@@ -107,7 +128,9 @@ int ls_gemma3_forward(ls_session *s, const int32_t *tokens, int32_t n, int32_t l
         int32_t nl = n - logits_from;
         float *h = s->x + (int64_t)logits_from * d;
         op->rmsnorm(be, h, m->output_norm, nl, d, cfg->eps);
+        stage_done(s, -1, LS_STAGE_FINAL_NORM, h, nl, d, pos0 + logits_from);
         op->matmul(be, &m->tok_embd, h, nl, logits);
+        stage_done(s, -1, LS_STAGE_LM_HEAD, logits, nl, cfg->n_vocab, pos0 + logits_from);
     }
     return LS_OK;
 }

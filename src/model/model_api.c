@@ -21,6 +21,17 @@ char *ls_chat_apply(const ls_model *m, const ls_message *msgs, int n, char *err,
 }
 
 bool ls_token_is_eog(const ls_model *m, int32_t id) { return ls_tokenizer_is_eog(m->tok, id); }
+bool ls_model_same_vocab(const ls_model *a, const ls_model *b) {
+    int32_t n = ls_tokenizer_n_vocab(a->tok);
+    if (n != ls_tokenizer_n_vocab(b->tok)) return false;
+    for (int32_t i = 0; i < n; i++) {
+        size_t la, lb;
+        const char *ta = ls_tokenizer_token_text(a->tok, i, &la), *tb = ls_tokenizer_token_text(b->tok, i, &lb);
+        if (la != lb || (la && memcmp(ta, tb, la) != 0)) return false;
+    }
+    return true;
+}
+
 int32_t ls_token_bos(const ls_model *m) { return ls_tokenizer_bos(m->tok); }
 
 int ls_detok_token(const ls_model *m, ls_detok *st, int32_t id, char *out, int cap) {

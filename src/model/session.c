@@ -119,6 +119,7 @@ int32_t ls_session_n_ctx(const ls_session *s) { return s->n_ctx; }
 int32_t ls_session_pos(const ls_session *s) { return s->pos; }
 int32_t ls_session_n_vocab(const ls_session *s) { return s->model->cfg.n_vocab; }
 int32_t ls_session_n_batch(const ls_session *s) { return s->n_batch; }
+int32_t ls_session_n_threads(const ls_session *s) { return s->n_threads; }
 
 int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
                     size_t errlen) {
@@ -134,4 +135,15 @@ int ls_session_truncate(ls_session *s, int32_t pos) {
         if (ls_kv_truncate(&s->kv[i], pos) != 0) return LS_ERR;
     s->pos = pos;
     return LS_OK;
+}
+
+void ls_session_set_capture(ls_session *s, ls_capture_fn fn, void *ud) {
+    s->capture = fn;
+    s->capture_ud = ud;
+}
+
+void ls_session_set_fault(ls_session *s, bool on, int32_t layer, ls_stage stage) {
+    s->fault_on = on;
+    s->fault_layer = layer;
+    s->fault_stage = stage;
 }

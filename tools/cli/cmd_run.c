@@ -17,8 +17,13 @@ static void run_usage(FILE *f) {
                "                    [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N]\n"
                "                    [--frequency-penalty F] [--presence-penalty P] [--seed S] [-t N] [-c N]\n"
                "                    [-b N] [--ignore-eos] [--stats]\n"
+               "                    [--draft ngram|model] [--model-draft PATH] [--draft-block-size K]\n"
+               "                    [--draft-ngram-min N] [--draft-ngram-max N] [--spec-sampling exact|rejection]\n"
+               "                    [--no-adaptive] [--allow-inexact] [--trace]\n"
                "  Without -p/-f a default story prompt is used.\n"
-               "  Defaults: -n 256, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, seed random.\n");
+               "  Defaults: -n 256, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, seed random.\n"
+               "  Speculative decoding (--draft) gives byte-identical output to plain decoding with the same\n"
+               "  seed (--spec-sampling exact, the default); an exactness probe checks this at start-up.\n");
 }
 
 static bool write_out(const char *text, size_t len, void *ud) {
@@ -29,7 +34,10 @@ static bool write_out(const char *text, size_t len, void *ud) {
 }
 
 int cmd_run(int argc, char **argv) {
-    enum { O_CHAT = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_FREQ, O_PRES, O_SEED, O_IGN, O_STATS };
+    enum {
+        O_CHAT = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_FREQ, O_PRES, O_SEED, O_IGN, O_STATS,
+        O_DRAFT, O_MDRAFT, O_DBS, O_NGMIN, O_NGMAX, O_SPECS, O_NOADAPT, O_INEXACT, O_TRACE
+    };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'}, {"n-predict", required_argument, 0, 'n'},
@@ -40,10 +48,19 @@ int cmd_run(int argc, char **argv) {
         {"repeat-penalty", required_argument, 0, O_REP}, {"repeat-last-n", required_argument, 0, O_REPN},
         {"frequency-penalty", required_argument, 0, O_FREQ}, {"presence-penalty", required_argument, 0, O_PRES},
         {"seed", required_argument, 0, O_SEED}, {"ignore-eos", no_argument, 0, O_IGN},
-        {"stats", no_argument, 0, O_STATS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"stats", no_argument, 0, O_STATS}, {"draft", required_argument, 0, O_DRAFT},
+        {"model-draft", required_argument, 0, O_MDRAFT}, {"draft-block-size", required_argument, 0, O_DBS},
+        {"draft-ngram-min", required_argument, 0, O_NGMIN}, {"draft-ngram-max", required_argument, 0, O_NGMAX},
+        {"spec-sampling", required_argument, 0, O_SPECS}, {"no-adaptive", no_argument, 0, O_NOADAPT},
+        {"allow-inexact", no_argument, 0, O_INEXACT}, {"trace", no_argument, 0, O_TRACE},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     cli_common c = {0};
-    ls_gen_params gp = {.n_predict = 256, .sampling = ls_sampling_default()};
+    ls_gen_params gp = ls_gen_default_params();
     bool chat = false, stats = false, seed_set = false;
+    const char *draft_kind = NULL, *draft_path = NULL;
+    int32_t ng_min = 1, ng_max = 3;
+    const char *ai = getenv("LOCKSTEP_ALLOW_INEXACT");
+    gp.allow_inexact = ai && *ai && strcmp(ai, "0") != 0;
     int32_t n_batch = 0;
     optind = 1;
     opterr = 1;
@@ -70,6 +87,22 @@ int cmd_run(int argc, char **argv) {
         case O_SEED: ok = cli_parse_u64("--seed", optarg, &gp.sampling.seed); seed_set = true; break;
         case O_IGN: gp.ignore_eos = true; break;
         case O_STATS: stats = true; break;
+        case O_DRAFT: draft_kind = optarg; break;
+        case O_MDRAFT: draft_path = optarg; break;
+        case O_DBS: ok = cli_parse_i32("--draft-block-size", optarg, 2, LS_SPEC_MAX_BLOCK, &gp.block_size); break;
+        case O_NGMIN: ok = cli_parse_i32("--draft-ngram-min", optarg, 1, 64, &ng_min); break;
+        case O_NGMAX: ok = cli_parse_i32("--draft-ngram-max", optarg, 1, 64, &ng_max); break;
+        case O_SPECS:
+            if (!strcmp(optarg, "exact")) gp.spec_sampling = LS_SPEC_EXACT;
+            else if (!strcmp(optarg, "rejection")) gp.spec_sampling = LS_SPEC_REJECTION;
+            else {
+                fprintf(stderr, "lockstep: --spec-sampling must be exact or rejection\n");
+                ok = false;
+            }
+            break;
+        case O_NOADAPT: gp.adaptive = false; break;
+        case O_INEXACT: gp.allow_inexact = true; break;
+        case O_TRACE: setenv("LOCKSTEP_PROBE_TRACE", "1", 1); break;
         case 'h': run_usage(stdout); return CLI_OK;
         default: run_usage(stderr); return CLI_USAGE;
         }
@@ -82,6 +115,19 @@ int cmd_run(int argc, char **argv) {
     }
     if (c.prompt && c.file) {
         fprintf(stderr, "lockstep: give -p or -f, not both\n");
+        return CLI_USAGE;
+    }
+    if (draft_kind && strcmp(draft_kind, "ngram") != 0 && strcmp(draft_kind, "model") != 0) {
+        fprintf(stderr, "lockstep: --draft must be ngram or model, got '%s'\n", draft_kind);
+        return CLI_USAGE;
+    }
+    if (draft_kind && !strcmp(draft_kind, "model") && !draft_path) {
+        fprintf(stderr, "lockstep: --draft model needs --model-draft PATH\n");
+        return CLI_USAGE;
+    }
+    if (draft_path && !draft_kind) draft_kind = "model";
+    if (ng_min > ng_max) {
+        fprintf(stderr, "lockstep: --draft-ngram-min must not exceed --draft-ngram-max\n");
         return CLI_USAGE;
     }
     if (!seed_set) {
@@ -107,6 +153,8 @@ int cmd_run(int argc, char **argv) {
     char err[512];
     int32_t *ids = NULL, n_ids = 0;
     ls_session *s = NULL;
+    ls_model *dm = NULL;
+    ls_drafter *drafter = NULL;
     if (chat) {
         ls_message msg = {"user", text};
         char *rendered = ls_chat_apply(m, &msg, 1, err, sizeof err);
@@ -128,22 +176,36 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "lockstep: %s\n", err);
         goto done;
     }
+    if (draft_kind && !strcmp(draft_kind, "ngram")) {
+        if (ls_drafter_ngram_create(ng_min, ng_max, &drafter, err, sizeof err) != LS_OK) {
+            fprintf(stderr, "lockstep: %s\n", err);
+            goto done;
+        }
+    } else if (draft_kind) {
+        if (!(dm = cli_open_model(draft_path))) goto done;
+        if (ls_drafter_model_create(dm, m, ls_session_n_ctx(s), c.n_threads, &drafter, err, sizeof err) != LS_OK) {
+            fprintf(stderr, "lockstep: draft model: %s\n", err);
+            goto done;
+        }
+    }
+    gp.drafter = drafter;
     ls_gen_stats st;
     if (ls_generate(s, ids, n_ids, &gp, write_out, NULL, &st, err, sizeof err) != LS_OK) {
         fprintf(stderr, "\nlockstep: generation failed: %s\n", err);
         goto done;
     }
     printf("\n");
-    if (stats)
-        fprintf(stderr,
-                "lockstep: prompt %d tokens in %.1f ms (%.1f tok/s); generated %d tokens in %.1f ms (%.1f tok/s); "
-                "stop=%s threads=%d seed=%llu backend=%s\n",
-                st.n_prompt, st.prefill_ms, st.prefill_ms > 0 ? st.n_prompt * 1e3 / st.prefill_ms : 0,
-                st.n_generated, st.decode_ms, st.decode_ms > 0 ? st.n_generated * 1e3 / st.decode_ms : 0,
-                st.stop_reason, c.n_threads ? c.n_threads : 0, (unsigned long long)gp.sampling.seed,
+    if (stats) {
+        char line[2048];
+        ls_gen_stats_format(&st, line, sizeof line);
+        fprintf(stderr, "lockstep stats: %s drafter=%s threads=%d seed=%llu backend=%s\n", line,
+                ls_drafter_name(drafter), ls_session_n_threads(s), (unsigned long long)gp.sampling.seed,
                 ls_backend_name());
+    }
     rc = CLI_OK;
 done:
+    ls_drafter_free(drafter);
+    ls_model_close(dm);
     ls_session_free(s);
     free(ids);
     free(text);

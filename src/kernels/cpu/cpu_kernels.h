@@ -49,4 +49,55 @@ void ls_matmul(ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, c
 /* Gather rows of a (possibly quantized) table into floats: dst[i] = dequant(table row ids[i]). */
 void ls_get_rows(ls_type t, const void *table, int64_t row_elems, const int32_t *ids, int64_t n, float *dst);
 
+/* ---- Reference dequantizers (dequant.c), also reachable as ls_type_get(t)->dequantize_row.
+ * n must be a multiple of the type's block. Each element is computed with the same float
+ * expression as llama.cpp's dequantize_row_* (and the gguf Python package), so results
+ * match them bit for bit. */
+void ls_dequantize_row_f32(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_f16(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_bf16(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q4_0(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q4_1(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q5_0(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q5_1(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q8_0(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q4_k(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q5_k(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q6_k(const void *src, float *dst, int64_t n);
+void ls_dequantize_row_q8_k(const void *src, float *dst, int64_t n);
+
+/* ---- Reference quantizers (quant_ref.c): float row -> any type in the traits table, plain
+ * round-to-nearest (not llama.cpp's error-minimizing K-quant search). For tests and
+ * fixtures only. dst holds ls_row_size(t, k) bytes. Returns 0, or -1 if t is unsupported
+ * or k is not a block multiple. */
+int ls_quantize_row_ref(ls_type t, const float *x, void *dst, int64_t k);
+
+/* ---- Explicit-ISA entry points: the public functions above dispatch on ls_cpu_isa()
+ * (cached); these let tests compare the scalar reference with the SIMD path bit for bit. */
+float ls_dot_f32_isa(ls_isa isa, const float *a, const float *b, int64_t n);
+float ls_dot_f16_f32_isa(ls_isa isa, const uint16_t *a_f16, const float *b, int64_t n);
+void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X,
+                   int64_t x_stride, int64_t M, float *Y, int64_t y_stride, void *scratch);
+
+/* ---- Kernel tables (internal to kernels/cpu; use ls_vec_dot_get / ls_matmul). ---- */
+/* Float dot products in the fixed 8-lane order, one per weight element type. */
+float ls_dot_f32_scalar(const float *a, const float *b, int64_t n);
+float ls_dot_f16_f32_scalar(const uint16_t *a_f16, const float *b, int64_t n);
+float ls_dot_bf16_f32_scalar(const uint16_t *a_bf16, const float *b, int64_t n);
+float ls_dot_f32_avx2(const float *a, const float *b, int64_t n);
+float ls_dot_f16_f32_avx2(const uint16_t *a_f16, const float *b, int64_t n);
+float ls_dot_bf16_f32_avx2(const uint16_t *a_bf16, const float *b, int64_t n);
+/* Single-row kernels per ISA; NULL where the type has no kernel. */
+ls_vec_dot_fn ls_vec_dot_scalar_get(ls_type wt);
+ls_vec_dot_fn ls_vec_dot_avx2_get(ls_type wt);
+/* Eight weight rows (w + r * w_stride, r < 8) against nact (1..4) activation rows
+ * (act + c * act_stride): y[c * y_stride + r] = dot(row r, activation row c). Each output
+ * runs exactly the float operations of the single-row kernel (SIMD runs across the eight
+ * rows, never across k), so it is bit-identical to ls_vec_dot_get(wt, isa)(k, row r,
+ * act row c) for any nact. Several activation rows share each weight block's decoding. */
+typedef void (*ls_gemm8_fn)(int64_t k, const void *w, size_t w_stride, const void *act, size_t act_stride, int nact,
+                            float *y, int64_t y_stride);
+enum { LS_GEMM8_MAX_ACT = 4 };
+ls_gemm8_fn ls_gemm8_avx2_get(ls_type wt);
+
 #endif

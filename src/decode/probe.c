@@ -1,0 +1,331 @@
+/* Exactness probe: chain vs block on throw-away sessions, with localization. See probe.h. */
+#include "decode/probe.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+
+enum { N_SHORT = 3, MAX_K = LS_SPEC_MAX_BLOCK };
+
+/* ---- capture: rows of every (layer, stage, position) of the chain arm --------------- */
+
+typedef struct {
+    int32_t n_layer, k, p0;  /* block positions [p0, p0 + k) */
+    int64_t d, n_vocab;
+    float *rows;             /* [(n_layer + 1) * STAGES][k][max(d)] chain arm, non-logit stages */
+    bool *have;
+    bool comparing;          /* false: recording the chain; true: comparing the block */
+    bool found;              /* first divergence found */
+    int32_t f_layer, f_pos;
+    ls_stage f_stage;
+    bool trace;
+    const ls_model *m;
+    int64_t diff_count[64 + 1][LS_STAGE_COUNT]; /* per layer (index layer+1), for the trace */
+} capture_ctx;
+
+static size_t slot(const capture_ctx *c, int32_t layer, ls_stage st, int32_t r) {
+    return ((size_t)(layer + 1) * LS_STAGE_COUNT + st) * (size_t)c->k + (size_t)r;
+}
+
+static void on_stage(void *ud, int32_t layer, ls_stage st, const float *rows, int32_t n, int64_t width,
+                     int32_t pos0) {
+    capture_ctx *c = ud;
+    if (st == LS_STAGE_LM_HEAD) width = c->d < width ? c->d : width; /* compare a prefix of logits rows */
+    for (int32_t i = 0; i < n; i++) {
+        int32_t r = pos0 + i - c->p0;
+        if (r < 0 || r >= c->k) continue; /* prefill rows are not part of the comparison */
+        size_t sl = slot(c, layer, st, r);
+        float *dst = c->rows + sl * (size_t)c->d;
+        const float *src = rows + (int64_t)i * (st == LS_STAGE_LM_HEAD ? c->n_vocab : width);
+        if (!c->comparing) {
+            memcpy(dst, src, sizeof(float) * (size_t)width);
+            c->have[sl] = true;
+        } else if (c->have[sl] && memcmp(dst, src, sizeof(float) * (size_t)width) != 0) {
+            if (layer + 1 <= 64) c->diff_count[layer + 1][st]++;
+            if (!c->found) {
+                c->found = true;
+                c->f_layer = layer;
+                c->f_stage = st;
+                c->f_pos = pos0 + i;
+            }
+        }
+    }
+}
+
+/* ---- one case: prefill a prompt, then chain vs block over K tokens --------------------- */
+
+typedef struct {
+    int64_t diff_bytes, total_bytes;
+    int32_t first_row;
+} case_result;
+
+static int run_arm(ls_session *s, const int32_t *prompt, int32_t np, const int32_t *blk, int32_t k, bool chain,
+                   float *logits, int64_t nv, char *err, size_t errlen) {
+    if (ls_session_truncate(s, 0) != LS_OK) {
+        snprintf(err, errlen, "probe: reset failed");
+        return LS_ERR;
+    }
+    int32_t nb = ls_session_n_batch(s);
+    for (int32_t i = 0; i < np; i += nb) {
+        int32_t m = np - i < nb ? np - i : nb;
+        int rc = ls_session_eval(s, prompt + i, m, m, NULL, err, errlen);
+        if (rc != LS_OK) return rc;
+    }
+    if (chain) {
+        for (int32_t j = 0; j < k; j++) {
+            int rc = ls_session_eval(s, blk + j, 1, 0, logits + (int64_t)j * nv, err, errlen);
+            if (rc != LS_OK) return rc;
+        }
+        return LS_OK;
+    }
+    return ls_session_eval(s, blk, k, 0, logits, err, errlen);
+}
+
+static int run_case(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np,
+                    const int32_t *blk, float *la, float *lb, capture_ctx *cap, case_result *cr, char *err,
+                    size_t errlen) {
+    int32_t k = opt->block_size;
+    int64_t nv = ls_session_n_vocab(s);
+    if (cap) {
+        cap->p0 = np;
+        cap->comparing = false;
+        cap->found = false;
+        memset(cap->have, 0, sizeof(bool) * (size_t)(cap->n_layer + 1) * LS_STAGE_COUNT * (size_t)k);
+        memset(cap->diff_count, 0, sizeof cap->diff_count);
+        ls_session_set_capture(s, on_stage, cap);
+    }
+    ls_session_set_fault(s, false, 0, 0);
+    int rc = run_arm(s, prompt, np, blk, k, true, la, nv, err, errlen);
+    if (rc != LS_OK) return rc;
+    if (cap) cap->comparing = true;
+    ls_session_set_fault(s, opt->fault_on, opt->fault_layer, opt->fault_stage);
+    rc = run_arm(s, prompt, np, blk, k, false, lb, nv, err, errlen);
+    ls_session_set_fault(s, false, 0, 0);
+    ls_session_set_capture(s, NULL, NULL);
+    if (rc != LS_OK) return rc;
+    cr->diff_bytes = 0;
+    cr->total_bytes = (int64_t)k * nv * 4;
+    cr->first_row = -1;
+    const uint8_t *a = (const uint8_t *)la, *b = (const uint8_t *)lb;
+    for (int64_t i = 0; i < cr->total_bytes; i++)
+        if (a[i] != b[i]) {
+            if (cr->first_row < 0) cr->first_row = (int32_t)(i / (nv * 4));
+            cr->diff_bytes++;
+        }
+    return LS_OK;
+}
+
+static void trace_report(const capture_ctx *c, const ls_model *m) {
+    for (int32_t l = -1; l < c->n_layer; l++) {
+        char line[256];
+        int off = 0;
+        const char *kind = l < 0 ? "final" : (m->layers[l].sliding ? "sliding" : "full");
+        off += snprintf(line + off, sizeof line - (size_t)off, "probe trace: layer %d (%s):", l, kind);
+        for (int st = 0; st < LS_STAGE_COUNT; st++) {
+            bool final_stage = st >= LS_STAGE_FINAL_NORM;
+            if ((l < 0) != final_stage) continue;
+            off += snprintf(line + off, sizeof line - (size_t)off, " %s=%s", ls_stage_name((ls_stage)st),
+                            c->diff_count[l + 1][st] ? "DIFFERS" : "identical");
+        }
+        LS_INFO("%s", line);
+    }
+}
+
+int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *res, char *err, size_t errlen) {
+    memset(res, 0, sizeof *res);
+    int32_t k = opt->block_size;
+    if (k < 2 || k > MAX_K) {
+        snprintf(err, errlen, "probe: block size %d out of range [2, %d]", k, MAX_K);
+        return LS_ERR_ARG;
+    }
+    const ls_config *cfg = &model->cfg;
+    int32_t long_len = (cfg->sliding_window > 0 ? cfg->sliding_window : 64) + 40;
+    int32_t lens[N_SHORT + 1] = {5, 17, 33, long_len};
+    ls_session *s = NULL;
+    ls_session_params sp = ls_session_default_params();
+    sp.n_ctx = long_len + k + 8;
+    sp.n_threads = opt->n_threads;
+    sp.n_batch = 512 > k ? 512 : k;
+    int rc = ls_session_create(model, &sp, &s, err, errlen);
+    if (rc != LS_OK) return rc;
+    int64_t nv = cfg->n_vocab;
+    float *la = malloc(sizeof(float) * (size_t)(k * nv)), *lb = malloc(sizeof(float) * (size_t)(k * nv));
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)long_len);
+    capture_ctx cap = {.n_layer = cfg->n_layer, .k = k, .d = cfg->n_embd, .n_vocab = nv, .m = model};
+    size_t slots = (size_t)(cfg->n_layer + 1) * LS_STAGE_COUNT * (size_t)k;
+    cap.rows = malloc(sizeof(float) * slots * (size_t)cap.d);
+    cap.have = calloc(slots, sizeof(bool));
+    if (!la || !lb || !prompt || !cap.rows || !cap.have) {
+        snprintf(err, errlen, "probe: out of memory");
+        rc = LS_ERR_NOMEM;
+        goto done;
+    }
+    int64_t tot_diff = 0, tot_bytes = 0;
+    int32_t fail_case = -1;
+    case_result fail_cr = {0};
+    uint64_t x = 0x9E3779B97F4A7C15ull ^ (uint64_t)k;
+    int32_t blks[N_SHORT + 1][MAX_K];
+    for (int c = 0; c <= N_SHORT; c++) {
+        int32_t np = lens[c];
+        /* Synthetic draws: BOS then pseudo-random ids, random block tokens. */
+        for (int32_t i = 0; i < np; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            prompt[i] = i == 0 ? ls_token_bos(model) : (int32_t)(x % (uint64_t)nv);
+        }
+        for (int32_t j = 0; j < k; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            blks[c][j] = (int32_t)(x % (uint64_t)nv);
+        }
+        case_result cr;
+        rc = run_case(s, opt, prompt, np, blks[c], la, lb, opt->trace ? &cap : NULL, &cr, err, errlen);
+        if (rc != LS_OK) goto done;
+        tot_diff += cr.diff_bytes;
+        tot_bytes += cr.total_bytes;
+        bool failed = cr.diff_bytes > 0;
+        if (opt->trace) {
+            LS_INFO("probe trace: K=%d prompt %d (%d tokens): %s", k, c, np, failed ? "DIFFERS" : "identical");
+            trace_report(&cap, model);
+        }
+        if (failed && fail_case < 0) {
+            fail_case = c;
+            fail_cr = cr;
+            /* Localize: rerun this case with capture (unless the trace pass just did). */
+            if (!opt->trace) {
+                rc = run_case(s, opt, prompt, np, blks[c], la, lb, &cap, &cr, err, errlen);
+                if (rc != LS_OK) goto done;
+            }
+            res->localized = cap.found;
+            res->layer = cap.f_layer;
+            res->stage = cap.f_stage;
+            res->position = cap.f_pos;
+            res->layer_sliding = cap.f_layer >= 0 && model->layers[cap.f_layer].sliding;
+        }
+    }
+    res->diff_bytes = tot_diff;
+    res->total_bytes = tot_bytes;
+    res->passed = tot_diff == 0;
+    if (res->passed) {
+        snprintf(res->message, sizeof res->message,
+                 "exactness probe passed: K=%d, %d prompts (%d short + 1 of %d tokens, beyond the sliding window "
+                 "%d), %lld logit bytes of verify blocks byte-identical to the single-token chain (threads=%d, "
+                 "backend=%s)",
+                 k, N_SHORT + 1, N_SHORT, long_len, cfg->sliding_window, (long long)tot_bytes,
+                 opt->n_threads, ls_backend_name());
+    } else {
+        res->block_row = fail_cr.first_row;
+        char where[160];
+        if (res->localized)
+            snprintf(where, sizeof where, "layer %d (%s) %s at position %d", res->layer,
+                     res->layer < 0 ? "output" : (res->layer_sliding ? "sliding" : "full"),
+                     ls_stage_name(res->stage), res->position);
+        else
+            snprintf(where, sizeof where, "not localized (captured stages identical)");
+        snprintf(res->message, sizeof res->message,
+                 "verify block position %d differs from the single-token chain in %lld of %lld logit bytes; first "
+                 "divergence: %s",
+                 fail_cr.first_row, (long long)fail_cr.diff_bytes, (long long)fail_cr.total_bytes, where);
+    }
+done:
+    free(la);
+    free(lb);
+    free(prompt);
+    free(cap.rows);
+    free(cap.have);
+    ls_session_free(s);
+    return rc;
+}
+
+/* ---- memo ------------------------------------------------------------------------ */
+
+typedef struct {
+    const ls_model *m;
+    char drafter[32];
+    int32_t k, threads;
+    ls_probe_result res;
+} memo_entry;
+
+static memo_entry g_memo[64];
+static int g_memo_n;
+static pthread_mutex_t g_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static ls_probe_options g_test_fault;
+
+void ls_probe_set_test_fault(bool on, int32_t layer, ls_stage stage) {
+    pthread_mutex_lock(&g_memo_mu);
+    g_test_fault.fault_on = on;
+    g_test_fault.fault_layer = layer;
+    g_test_fault.fault_stage = stage;
+    g_memo_n = 0;
+    pthread_mutex_unlock(&g_memo_mu);
+}
+
+void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size, ls_probe_result *res) {
+    const ls_model *m = s->model;
+    pthread_mutex_lock(&g_memo_mu);
+    for (int i = 0; i < g_memo_n; i++) {
+        memo_entry *e = &g_memo[i];
+        if (e->m == m && e->k == block_size && e->threads == s->n_threads && !strcmp(e->drafter, drafter)) {
+            *res = e->res;
+            pthread_mutex_unlock(&g_memo_mu);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&g_memo_mu);
+    ls_probe_options opt = {.block_size = block_size, .n_threads = s->n_threads};
+    pthread_mutex_lock(&g_memo_mu);
+    opt.fault_on = g_test_fault.fault_on;
+    opt.fault_layer = g_test_fault.fault_layer;
+    opt.fault_stage = g_test_fault.fault_stage;
+    pthread_mutex_unlock(&g_memo_mu);
+    const char *tr = getenv("LOCKSTEP_PROBE_TRACE");
+    opt.trace = tr && *tr && strcmp(tr, "0") != 0;
+    char err[256];
+    if (ls_probe_run(s->model, &opt, res, err, sizeof err) != LS_OK) {
+        memset(res, 0, sizeof *res);
+        snprintf(res->message, sizeof res->message, "exactness probe could not run: %s", err);
+    } else if (res->passed) {
+        LS_INFO("%s", res->message);
+    }
+    pthread_mutex_lock(&g_memo_mu);
+    if (g_memo_n < 64) {
+        memo_entry *e = &g_memo[g_memo_n++];
+        e->m = m;
+        snprintf(e->drafter, sizeof e->drafter, "%s", drafter);
+        e->k = block_size;
+        e->threads = s->n_threads;
+        e->res = *res;
+    }
+    pthread_mutex_unlock(&g_memo_mu);
+}
+
+/* ---- public entry ------------------------------------------------------------------- */
+
+int ls_probe(ls_model *m, const ls_probe_params *p, char *msg, size_t msglen, char *err, size_t errlen) {
+    ls_probe_options opt = {.block_size = p->block_size, .n_threads = p->n_threads, .trace = p->trace};
+    if (p->n_threads <= 0) opt.n_threads = 0;
+    if (p->fault_stage) {
+        int st = -1;
+        for (int i = 0; i < LS_STAGE_COUNT; i++)
+            if (!strcmp(p->fault_stage, ls_stage_name((ls_stage)i))) st = i;
+        if (st < 0) {
+            snprintf(err, errlen, "probe: unknown fault stage '%s'", p->fault_stage);
+            return LS_ERR_ARG;
+        }
+        if (p->fault_layer < -1 || p->fault_layer >= m->cfg.n_layer) {
+            snprintf(err, errlen, "probe: fault layer %d out of range", p->fault_layer);
+            return LS_ERR_ARG;
+        }
+        opt.fault_on = true;
+        opt.fault_layer = st >= LS_STAGE_FINAL_NORM ? -1 : p->fault_layer;
+        opt.fault_stage = (ls_stage)st;
+    }
+    ls_probe_result r;
+    int rc = ls_probe_run(m, &opt, &r, err, errlen);
+    if (rc != LS_OK) return rc;
+    snprintf(msg, msglen, "%s", r.message);
+    return r.passed ? 1 : 0;
+}

@@ -1,0 +1,50 @@
+/* Runtime ISA selection and the (type, ISA) -> kernel lookup.
+ *
+ * AVX2 kernels need AVX2 + FMA + F16C (the *_avx2.c files are compiled with all three).
+ * LOCKSTEP_ISA=scalar forces the scalar reference everywhere, which gives the same bits
+ * (tests memcmp the two), only slower: useful to rule out a SIMD bug in the field. */
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "kernels/cpu/cpu_kernels.h"
+
+/* What the hardware can run, ignoring the environment. F16C is read from cpuid (leaf 1,
+ * ECX bit 29) because clang 14's __builtin_cpu_supports does not know "f16c". */
+static ls_isa isa_hw_detect(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return LS_ISA_AVX2;
+#endif
+    return LS_ISA_SCALAR;
+}
+
+/* Both answers are computed once: kernels ask on hot paths. The benign race on first use
+ * stores the same value from every thread. */
+static int g_hw = -1, g_isa = -1;
+
+static ls_isa isa_hw(void) {
+    if (g_hw < 0) g_hw = (int)isa_hw_detect();
+    return (ls_isa)g_hw;
+}
+
+ls_isa ls_cpu_isa(void) {
+    if (g_isa < 0) {
+        const char *env = getenv("LOCKSTEP_ISA");
+        g_isa = env && strcmp(env, "scalar") == 0 ? (int)LS_ISA_SCALAR : (int)isa_hw();
+    }
+    return (ls_isa)g_isa;
+}
+
+ls_vec_dot_fn ls_vec_dot_get(ls_type wt, ls_isa isa) {
+    /* never hand out a kernel the CPU would fault on */
+    if (isa == LS_ISA_AVX2 && isa_hw() == LS_ISA_AVX2) {
+        ls_vec_dot_fn f = ls_vec_dot_avx2_get(wt);
+        if (f) return f;
+    }
+    return ls_vec_dot_scalar_get(wt);
+}

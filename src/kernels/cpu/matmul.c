@@ -1,0 +1,143 @@
+/* The matmul driver: Y[m][n] = dot(W row n, X row m).
+ *
+ * Batch invariance (speculative.md section 2) holds by construction: every Y element is
+ * produced by the one kernel family for (weight type, ISA) on the same weight bytes and
+ * the same activation bytes, whatever M or the thread count:
+ *  - activations are quantized per row into scratch (a row's bytes never depend on M);
+ *  - threads split N (output columns) in groups of 8 rows; K is never split;
+ *  - the eight-row AVX2 kernels run the single-row kernel's float sequence per lane for
+ *    any number (1..4) of activation rows at once, and the leftover rows (N % 8) use the
+ *    single-row kernel itself, so an output gives the same bits whether it lands in an
+ *    eight-row group or not and whatever its neighbours (the tests use N = 37 and
+ *    M = 1..17 for that).
+ * Speed: weight-stationary tiling. Each thread walks its rows in tiles sized to stay in
+ * L1 and, for each tile, loops over all M activation rows, so every weight byte comes
+ * from memory once per matmul. With M = 1 this is a plain GEMV streaming the weights. */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+/* Weight bytes per tile when M > 1: about half of a 32 KiB L1, leaving room for the
+ * activation row and Y. */
+enum { MM_TILE_BYTES = 16 * 1024 };
+/* Quantize activations on the calling thread below this many elements: a second pool
+ * round trip costs more than quantizing a few rows. */
+enum { MM_QUANT_INLINE_ELEMS = 1 << 16 };
+
+typedef struct {
+    const uint8_t *W; /* [N][w_row bytes] */
+    size_t w_row;
+    int64_t N, K, M;
+    const uint8_t *A; /* [M][a_row bytes]: quantized activations, or X itself for float weights */
+    size_t a_row;
+    float *Y; /* [M][y_stride] */
+    int64_t y_stride;
+    int64_t tile_rows; /* multiple of 8 */
+    ls_vec_dot_fn dot;
+    ls_gemm8_fn gemm8; /* NULL for the scalar ISA */
+} mm_job;
+
+typedef struct {
+    const float *X; /* [M][x_stride] */
+    int64_t x_stride, M, K;
+    uint8_t *A; /* [M][a_row bytes] */
+    size_t a_row;
+    ls_type act;
+} mm_quant_job;
+
+static void mm_quant_rows(const mm_quant_job *q, int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; m++) ls_quantize_act_row(q->act, q->X + m * q->x_stride, q->A + m * q->a_row, q->K);
+}
+
+static void mm_quant_worker(void *arg, int ith, int nth) {
+    const mm_quant_job *q = arg;
+    long m0, m1;
+    ls_split(q->M, ith, nth, &m0, &m1);
+    mm_quant_rows(q, m0, m1);
+}
+
+/* Rows [n0, n1) of W against all M activation rows: for each tile of weight rows, all
+ * activation rows, up to LS_GEMM8_MAX_ACT at a time, eight weight rows at a time; the
+ * rows left over after the groups of 8 use the single-row kernel. */
+static void mm_rows(const mm_job *j, int64_t n0, int64_t n1) {
+    for (int64_t t0 = n0; t0 < n1; t0 += j->tile_rows) {
+        const int64_t t1 = t0 + j->tile_rows < n1 ? t0 + j->tile_rows : n1;
+        for (int64_t m = 0; m < j->M; m += LS_GEMM8_MAX_ACT) {
+            const int nact = j->M - m < LS_GEMM8_MAX_ACT ? (int)(j->M - m) : LS_GEMM8_MAX_ACT;
+            const uint8_t *a = j->A + m * j->a_row;
+            float *y = j->Y + m * j->y_stride;
+            int64_t n = t0;
+            if (j->gemm8)
+                for (; n + 8 <= t1; n += 8) j->gemm8(j->K, j->W + n * j->w_row, j->w_row, a, j->a_row, nact, y + n, j->y_stride);
+            for (; n < t1; n++)
+                for (int c = 0; c < nact; c++) y[c * j->y_stride + n] = j->dot(j->K, j->W + n * j->w_row, a + c * j->a_row);
+        }
+    }
+}
+
+static void mm_worker(void *arg, int ith, int nth) {
+    const mm_job *j = arg;
+    /* split whole groups of 8 so the eight-row kernel covers every group but the last */
+    long g0, g1;
+    ls_split((long)((j->N + 7) / 8), ith, nth, &g0, &g1);
+    const int64_t n0 = (int64_t)g0 * 8, n1 = (int64_t)g1 * 8 < j->N ? (int64_t)g1 * 8 : j->N;
+    if (n0 < n1) mm_rows(j, n0, n1);
+}
+
+size_t ls_matmul_scratch_size(ls_type wt, int64_t K, int64_t M) {
+    const ls_type_traits *tr = ls_type_get(wt);
+    if (!tr || tr->act_type == LS_TYPE_F32 || M <= 0) return 0; /* float weights read X directly */
+    const size_t row = ls_row_size(tr->act_type, K);
+    if (row != 0 && (uint64_t)M > SIZE_MAX / row) return 0;
+    return row * (size_t)M;
+}
+
+void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X,
+                   int64_t x_stride, int64_t M, float *Y, int64_t y_stride, void *scratch) {
+    if (M <= 0 || N <= 0) return;
+    const ls_type_traits *tr = ls_type_get(wt);
+    LS_ASSERT(tr != NULL);
+    const ls_vec_dot_fn dot = ls_vec_dot_get(wt, isa);
+    LS_ASSERT(dot != NULL);
+    const size_t w_row = ls_row_size(wt, K);
+    LS_ASSERT(w_row != 0); /* K is a positive multiple of the block */
+
+    mm_job j = {
+        .W = W, .w_row = w_row, .N = N, .K = K, .M = M, .Y = Y, .y_stride = y_stride, .dot = dot,
+        /* the eight-row kernels only pair with the ISA the single-row one came from */
+        .gemm8 = dot == ls_vec_dot_avx2_get(wt) ? ls_gemm8_avx2_get(wt) : NULL,
+    };
+    int64_t tile = (int64_t)(MM_TILE_BYTES / w_row) / 8 * 8;
+    j.tile_rows = M == 1 ? N : (tile < 8 ? 8 : tile); /* M == 1: no reuse to tile for */
+
+    if (tr->act_type == LS_TYPE_F32) {
+        j.A = (const uint8_t *)X;
+        j.a_row = (size_t)x_stride * sizeof(float);
+    } else {
+        LS_ASSERT(scratch != NULL);
+        mm_quant_job q = {.X = X, .x_stride = x_stride, .M = M, .K = K, .A = scratch,
+                          .a_row = ls_row_size(tr->act_type, K), .act = tr->act_type};
+        if (M * K <= MM_QUANT_INLINE_ELEMS || ls_pool_size(pool) == 1)
+            mm_quant_rows(&q, 0, M);
+        else
+            ls_pool_run(pool, mm_quant_worker, &q);
+        j.A = scratch;
+        j.a_row = q.a_row;
+    }
+    ls_pool_run(pool, mm_worker, &j);
+}
+
+/* The ISA is resolved once per process (LOCKSTEP_ISA is read at the first call). */
+void ls_matmul(ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X, int64_t x_stride,
+               int64_t M, float *Y, int64_t y_stride, void *scratch) {
+    static atomic_int isa = -1; /* a race only computes the same value twice */
+    int v = atomic_load_explicit(&isa, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)ls_cpu_isa();
+        atomic_store_explicit(&isa, v, memory_order_relaxed);
+    }
+    ls_matmul_isa((ls_isa)v, pool, wt, W, N, K, X, x_stride, M, Y, y_stride, scratch);
+}

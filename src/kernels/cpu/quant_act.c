@@ -1,0 +1,77 @@
+/* Activation quantization, one row at a time (speculative.md section 2: per row, same
+ * block size, so a row's bytes never depend on the batch it travels in).
+ *
+ * Semantics follow what llama.cpp's CPU backend runs on an AVX2 machine, because our
+ * logits are compared with llama.cpp's:
+ *   Q8_0 (x86 quantize_row_q8_0): amax = max|x|; d = amax / 127; id = amax ? 127 / amax : 0;
+ *        q = round-half-even(x * id); d stored as f16 (round-to-nearest-even).
+ *   Q8_K (quantize_row_q8_K_ref, which x86 uses): max = the signed value of largest
+ *        magnitude (first one on ties); iscale = -127 / max; q = min(127, nearest_int(iscale
+ *        * x)); d = 1 / iscale (float); bsums[j] = sum of q over each 16 elements.
+ * One scalar implementation serves every ISA, so scalar and AVX2 dot paths see identical
+ * activation bytes. All values land in [-127, 127], which the AVX2 dot kernels rely on
+ * (their sign trick and maddubs never saturate in that range). */
+#include <math.h>
+#include <string.h>
+
+#include "core/f16.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+/* Round to nearest, ties to even, for |v| < 2^22: llama.cpp's nearest_int trick. Adding
+ * 1.5 * 2^23 pushes the fraction out of the mantissa with the FPU's default rounding. */
+static inline int act_nearest_int(float v) {
+    float t = v + 12582912.f;
+    int32_t i;
+    memcpy(&i, &t, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+static void act_quantize_q8_0(const float *x, ls_block_q8_0 *y, int64_t k) {
+    for (int64_t b = 0; b < k / LS_QK8_0; b++, x += LS_QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < LS_QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[b].d = ls_f32_to_f16(d);
+        /* |x * id| <= 127 up to one rounding, so q stays within [-127, 127] */
+        for (int j = 0; j < LS_QK8_0; j++) y[b].qs[j] = (int8_t)act_nearest_int(x[j] * id);
+    }
+}
+
+static void act_quantize_q8_k(const float *x, ls_block_q8_k *y, int64_t k) {
+    for (int64_t b = 0; b < k / LS_QK_K; b++, x += LS_QK_K) {
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < LS_QK_K; j++) {
+            const float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0.0f) {
+            /* llama.cpp leaves bsums untouched here; zero them so the row is deterministic */
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < LS_QK_K; j++) {
+            const int v = act_nearest_int(iscale * x[j]);
+            y[b].qs[j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int j = 0; j < LS_QK_K / 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[b].qs[j * 16 + i];
+            y[b].bsums[j] = (int16_t)sum;
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+void ls_quantize_act_row(ls_type act_type, const float *x, void *dst, int64_t k) {
+    switch (act_type) {
+    case LS_TYPE_Q8_0: act_quantize_q8_0(x, dst, k); break;
+    case LS_TYPE_Q8_K: act_quantize_q8_k(x, dst, k); break;
+    case LS_TYPE_F32: memcpy(dst, x, (size_t)k * sizeof(float)); break;
+    default: break; /* not an activation format: callers only pass traits' act_type */
+    }
+}
