@@ -11,18 +11,20 @@
  *    eight-row group or not and whatever its neighbours (the tests use N = 37 and
  *    M = 1..17 for that).
  * Speed: weight-stationary tiling. Each thread walks its rows in tiles sized to stay in
- * L1 and, for each tile, loops over all M activation rows, so every weight byte comes
- * from memory once per matmul. With M = 1 this is a plain GEMV streaming the weights. */
+ * L1 and, for each tile, loops over all activation rows of an L2-sized chunk (hundreds of
+ * rows), so a weight byte comes from memory once per chunk, not once per row, and the
+ * kernels decode it once for four activation rows. With M = 1 this is a plain GEMV
+ * streaming the weights (with software prefetch) at memory bandwidth. */
 #include <stdatomic.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 /* Weight bytes per tile when M > 1: about half of a 32 KiB L1, leaving room for the
- * activation row and Y. */
-enum { MM_TILE_BYTES = 16 * 1024 };
+ * activation rows and Y. Activation bytes per chunk: a quarter of a 1 MiB L2, so a
+ * chunk is read from L2 (not L3) for every weight tile. */
+enum { MM_TILE_BYTES = 16 * 1024, MM_CHUNK_BYTES = 256 * 1024 };
 /* Quantize activations on the calling thread below this many elements: a second pool
  * round trip costs more than quantizing a few rows. */
 enum { MM_QUANT_INLINE_ELEMS = 1 << 16 };
@@ -35,7 +37,8 @@ typedef struct {
     size_t a_row;
     float *Y; /* [M][y_stride] */
     int64_t y_stride;
-    int64_t tile_rows; /* multiple of 8 */
+    int64_t tile_rows; /* weight rows per L1 tile, multiple of 8 */
+    int64_t m_chunk;   /* activation rows per L2 chunk, multiple of LS_GEMM8_MAX_ACT */
     ls_vec_dot_fn dot;
     ls_gemm8_fn gemm8; /* NULL for the scalar ISA */
 } mm_job;
@@ -59,21 +62,28 @@ static void mm_quant_worker(void *arg, int ith, int nth) {
     mm_quant_rows(q, m0, m1);
 }
 
-/* Rows [n0, n1) of W against all M activation rows: for each tile of weight rows, all
- * activation rows, up to LS_GEMM8_MAX_ACT at a time, eight weight rows at a time; the
- * rows left over after the groups of 8 use the single-row kernel. */
+/* Rows [n0, n1) of W against all M activation rows. Loop nest, outer to inner: chunks of
+ * activation rows that fit in L2, tiles of weight rows that fit in L1, activation rows
+ * (LS_GEMM8_MAX_ACT at a time), groups of eight weight rows; the rows left over after
+ * the groups use the single-row kernel. The order only decides what stays in cache:
+ * every output is one kernel call on the same bytes whatever the order. */
 static void mm_rows(const mm_job *j, int64_t n0, int64_t n1) {
-    for (int64_t t0 = n0; t0 < n1; t0 += j->tile_rows) {
-        const int64_t t1 = t0 + j->tile_rows < n1 ? t0 + j->tile_rows : n1;
-        for (int64_t m = 0; m < j->M; m += LS_GEMM8_MAX_ACT) {
-            const int nact = j->M - m < LS_GEMM8_MAX_ACT ? (int)(j->M - m) : LS_GEMM8_MAX_ACT;
-            const uint8_t *a = j->A + m * j->a_row;
-            float *y = j->Y + m * j->y_stride;
-            int64_t n = t0;
-            if (j->gemm8)
-                for (; n + 8 <= t1; n += 8) j->gemm8(j->K, j->W + n * j->w_row, j->w_row, a, j->a_row, nact, y + n, j->y_stride);
-            for (; n < t1; n++)
-                for (int c = 0; c < nact; c++) y[c * j->y_stride + n] = j->dot(j->K, j->W + n * j->w_row, a + c * j->a_row);
+    for (int64_t mc = 0; mc < j->M; mc += j->m_chunk) {
+        const int64_t mc1 = mc + j->m_chunk < j->M ? mc + j->m_chunk : j->M;
+        for (int64_t t0 = n0; t0 < n1; t0 += j->tile_rows) {
+            const int64_t t1 = t0 + j->tile_rows < n1 ? t0 + j->tile_rows : n1;
+            for (int64_t m = mc; m < mc1; m += LS_GEMM8_MAX_ACT) {
+                const int nact = mc1 - m < LS_GEMM8_MAX_ACT ? (int)(mc1 - m) : LS_GEMM8_MAX_ACT;
+                const uint8_t *a = j->A + m * j->a_row;
+                float *y = j->Y + m * j->y_stride;
+                int64_t n = t0;
+                if (j->gemm8)
+                    for (; n + 8 <= t1; n += 8)
+                        j->gemm8(j->K, j->W + n * j->w_row, j->w_row, a, j->a_row, nact, y + n, j->y_stride);
+                for (; n < t1; n++)
+                    for (int c = 0; c < nact; c++)
+                        y[c * j->y_stride + n] = j->dot(j->K, j->W + n * j->w_row, a + c * j->a_row);
+            }
         }
     }
 }
@@ -112,6 +122,10 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
     };
     int64_t tile = (int64_t)(MM_TILE_BYTES / w_row) / 8 * 8;
     j.tile_rows = M == 1 ? N : (tile < 8 ? 8 : tile); /* M == 1: no reuse to tile for */
+
+    const size_t a_bytes = tr->act_type == LS_TYPE_F32 ? (size_t)K * sizeof(float) : ls_row_size(tr->act_type, K);
+    const int64_t chunk = (int64_t)(MM_CHUNK_BYTES / a_bytes) / LS_GEMM8_MAX_ACT * LS_GEMM8_MAX_ACT;
+    j.m_chunk = chunk < LS_GEMM8_MAX_ACT ? LS_GEMM8_MAX_ACT : chunk;
 
     if (tr->act_type == LS_TYPE_F32) {
         j.A = (const uint8_t *)X;

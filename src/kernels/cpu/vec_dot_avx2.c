@@ -68,10 +68,11 @@ VD_INLINE __m256 vd_gather_f16x8(const uint8_t *p, size_t ws) {
  * Each row is short (a few hundred bytes), too short for the hardware stream prefetcher
  * to ramp up across eight interleaved streams, so each block step of the kernel
  * prefetches its share (8 * bytes-per-step) of the region VD_PF_GROUPS groups ahead.
- * Prefetches never fault, so running past the end of W is harmless. */
+ * Prefetches never fault, so reaching past the end of W is harmless. */
 enum { VD_PF_GROUPS = 2 };
 VD_INLINE void vd_prefetch_step(const uint8_t *w, size_t ws, int64_t step, size_t step_bytes) {
-    const uint8_t *p = w + VD_PF_GROUPS * 8 * ws + (size_t)step * 8 * step_bytes;
+    /* integer address arithmetic: the target may lie past the end of W */
+    const uintptr_t p = (uintptr_t)w + VD_PF_GROUPS * 8 * ws + (size_t)step * 8 * step_bytes;
     for (size_t o = 0; o < 8 * step_bytes; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
 }
 
@@ -80,9 +81,10 @@ VD_INLINE __m256i vd_dot_u8(__m256i w, __m256i a) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
 }
 
-/* Incremental transpose-reduce of eight rows' int32x8 partials (pushed in row order
- * 0..7) into [sum(P_0), ..., sum(P_7)]: vd_reduce8 spread over the rows so only a few
- * vectors stay live while several activation rows are in flight. Result in .prev. */
+/* Eight horizontal sums as one transpose-add: the int32x8 partials of rows 0..7, pushed
+ * in row order, become [sum(P_0), ..., sum(P_7)] (three levels of hadd, then the two
+ * 128-bit halves added). Done incrementally so only a few vectors stay live while
+ * several activation rows are in flight. Result in .prev after row 7. */
 typedef struct {
     __m256i prev, h01, h0123, h45;
 } vd_red;
@@ -411,8 +413,9 @@ VD_INLINE void k_gemm8(int kt, int C, int64_t k, const void *w, size_t ws, const
             if (kt != 6) asums[c] = k4_act_sums(yb[c]);
         }
         /* Rows in pairs (a K-quant block is too much work per row to unroll all eight
-         * without spilling): hv[c][pair] = hadd(P_2p, P_2p+1), mv[c][pair] = both rows'
-         * min partials; then the rest of the transpose-add, as vd_red / vd_red4 do. */
+         * without spilling): hv[c][pair] = hadd(P_2p, P_2p+1) and mv[c][pair] = the two
+         * rows' int32x4 min partials side by side; after the loop, the rest of the
+         * transpose-add (as vd_red) turns them into one int per row. */
         __m256i hv[LS_GEMM8_MAX_ACT][4], mv[LS_GEMM8_MAX_ACT][4];
 #pragma GCC unroll 1
         for (int rp = 0; rp < 4; rp++) {
