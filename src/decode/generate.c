@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "decode/adaptive.h"
 #include "decode/drafter.h"
 #include "decode/probe.h"
 #include "decode/rng.h"
@@ -110,49 +111,19 @@ static int32_t choose(gen_state *g, const float *row, int32_t pos, int32_t draft
     return tok;
 }
 
-/* Adaptive block width: an exponential average of emitted tokens per ms for each width;
- * mostly exploit the best, periodically try a neighbour. Width 1 is classic decoding. */
-typedef struct {
-    double rate[LS_SPEC_MAX_BLOCK + 1];
-    int32_t tried[LS_SPEC_MAX_BLOCK + 1];
-    int32_t kmax, cur, rounds;
-} adapt_state;
-
-static int32_t adapt_next(adapt_state *a) {
-    a->rounds++;
-    if (a->kmax <= 1) return 1;
-    int32_t best = a->cur;
-    for (int32_t k = 1; k <= a->kmax; k++)
-        if (a->tried[k] && a->rate[k] > a->rate[best]) best = k;
-    /* explore a neighbour every 16 rounds (cheap: one round) */
-    if (a->rounds % 16 == 0) {
-        int32_t nb = best + ((a->rounds / 16) % 2 ? 1 : -1);
-        if (nb < 1) nb = 2;
-        if (nb > a->kmax) nb = a->kmax - 1;
-        if (nb >= 1) return a->cur = nb;
-    }
-    return a->cur = best;
-}
-
-static void adapt_update(adapt_state *a, int32_t k, int32_t emitted, double ms) {
-    if (ms <= 0) ms = 1e-3;
-    double r = emitted / ms;
-    a->rate[k] = a->tried[k] ? 0.8 * a->rate[k] + 0.2 * r : r;
-    a->tried[k]++;
-}
-
 static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, size_t errlen) {
     const ls_gen_params *gp = g->gp;
     ls_gen_stats *st = g->st;
     int32_t kmax = gp->block_size;
-    adapt_state ad = {.kmax = kmax, .cur = kmax};
+    ls_adapt ad;
+    ls_adapt_init(&ad, kmax);
     int32_t drafts[LS_SPEC_MAX_BLOCK], block[LS_SPEC_MAX_BLOCK];
     /* First token after prefill: the classic sampler (the bonus). */
     int32_t tok = ls_sample(&gp->sampling, logits_buf, g->n_vocab, g->hist, pos);
     if (!emit(g, pos, tok)) return LS_OK;
     int32_t n = pos + 1; /* hist[0..n): the last entry is the bonus, not yet run */
     for (;;) {
-        int32_t k = gp->adaptive ? adapt_next(&ad) : kmax;
+        int32_t k = gp->adaptive ? ls_adapt_choose(&ad) : kmax;
         int32_t maxd = k - 1;
         int32_t remaining = g->budget - st->n_generated;
         if (maxd > remaining - 1) maxd = remaining - 1;
@@ -167,23 +138,25 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         memcpy(block + 1, drafts, sizeof(int32_t) * (size_t)nd);
         int rc = ls_session_eval(g->s, block, nd + 1, 0, logits_buf, err, errlen);
         if (rc != LS_OK) return rc;
-        double t2 = now_ms();
         int32_t emitted = 0, accepted = 0;
         bool ended = false;
         for (int32_t j = 0; j <= nd; j++) {
             int32_t c = choose(g, logits_buf + (int64_t)j * g->n_vocab, n + j, j < nd ? drafts[j] : -1);
+            bool hit = j < nd && c == drafts[j];
+            int32_t before = st->n_generated;
             emit(g, n + j, c);
-            if (g->done) { /* EOS (not emitted), budget, context or the callback */
+            emitted += st->n_generated > before; /* an EOS that ends generation is not emitted */
+            if (hit) {
+                accepted++;
+                st->accepted_at[j]++;
+            }
+            if (g->done) { /* EOS, budget, context or the callback */
                 ended = true;
                 break;
             }
-            emitted++;
-            if (j < nd && c == drafts[j]) {
-                accepted++;
-                st->accepted_at[j]++;
-            } else
-                break;
+            if (!hit) break;
         }
+        double t2 = now_ms(); /* verify = the block forward + choosing its tokens */
         /* Roll the target back to the last emitted token (it is the next bonus). */
         int32_t new_n = n + emitted;
         if (!ended) {
@@ -207,8 +180,8 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         st->draft_ms += t1 - t0;
         st->verify_ms += t2 - t1;
         st->rollback_ms += t3 - t2;
-        if (gp->adaptive && emitted > 0) adapt_update(&ad, nd + 1 < k ? k : nd + 1, emitted, t3 - t0);
-        st->final_block_size = ad.cur;
+        if (gp->adaptive) ls_adapt_observe(&ad, nd + 1, accepted, t3 - t0);
+        st->final_block_size = k;
         if (ended || g->done) return LS_OK;
         n = new_n;
     }
