@@ -12,49 +12,99 @@
 
 enum { N_SHORT = 3, MAX_K = LS_SPEC_MAX_BLOCK };
 
-/* ---- capture: rows of every (layer, stage, position) of the chain arm --------------- */
+/* ---- capture: rows of every (layer, stage, block position) of both arms -------------- */
 
-typedef struct {
-    int32_t n_layer, k, p0;  /* block positions [p0, p0 + k) */
-    int64_t d, n_vocab;
-    float *rows;             /* [(n_layer + 1) * STAGES][k][max(d)] chain arm, non-logit stages */
-    bool *have;
-    bool comparing;          /* false: recording the chain; true: comparing the block */
-    bool found;              /* first divergence found */
-    int32_t f_layer, f_pos;
-    ls_stage f_stage;
-    bool trace;
-    const ls_model *m;
-    int64_t diff_count[64 + 1][LS_STAGE_COUNT]; /* per layer (index layer+1), for the trace */
-} capture_ctx;
-
-static size_t slot(const capture_ctx *c, int32_t layer, ls_stage st, int32_t r) {
+static size_t cap_slot(const ls_probe_capture *c, int32_t layer, ls_stage st, int32_t r) {
     return ((size_t)(layer + 1) * LS_STAGE_COUNT + st) * (size_t)c->k + (size_t)r;
 }
 
-static void on_stage(void *ud, int32_t layer, ls_stage st, const float *rows, int32_t n, int64_t width,
-                     int32_t pos0) {
-    capture_ctx *c = ud;
-    if (st == LS_STAGE_LM_HEAD) width = c->d < width ? c->d : width; /* compare a prefix of logits rows */
+int ls_probe_capture_init(ls_probe_capture *c, int32_t n_layer, int32_t k, int64_t width) {
+    memset(c, 0, sizeof *c);
+    c->n_layer = n_layer;
+    c->k = k;
+    c->width = width;
+    size_t slots = (size_t)(n_layer + 1) * LS_STAGE_COUNT * (size_t)k;
+    for (int a = 0; a < 2; a++) {
+        c->rows[a] = malloc(sizeof(float) * slots * (size_t)width);
+        c->have[a] = calloc(slots, sizeof(bool));
+        if (!c->rows[a] || !c->have[a]) {
+            ls_probe_capture_free(c);
+            return LS_ERR_NOMEM;
+        }
+    }
+    return LS_OK;
+}
+
+void ls_probe_capture_free(ls_probe_capture *c) {
+    for (int a = 0; a < 2; a++) {
+        free(c->rows[a]);
+        free(c->have[a]);
+        c->rows[a] = NULL;
+        c->have[a] = NULL;
+    }
+}
+
+void ls_probe_capture_reset(ls_probe_capture *c, int32_t p0) {
+    c->p0 = p0;
+    size_t slots = (size_t)(c->n_layer + 1) * LS_STAGE_COUNT * (size_t)c->k;
+    for (int a = 0; a < 2; a++) memset(c->have[a], 0, sizeof(bool) * slots);
+}
+
+void ls_probe_capture_rows(ls_probe_capture *c, int arm, int32_t layer, ls_stage st, const float *rows, int32_t n,
+                           int64_t width, int32_t pos0) {
+    if (arm < 0 || arm > 1 || layer < -1 || layer >= c->n_layer || (unsigned)st >= LS_STAGE_COUNT) return;
+    int64_t keep = width < c->width ? width : c->width;
     for (int32_t i = 0; i < n; i++) {
         int32_t r = pos0 + i - c->p0;
         if (r < 0 || r >= c->k) continue; /* prefill rows are not part of the comparison */
-        size_t sl = slot(c, layer, st, r);
-        float *dst = c->rows + sl * (size_t)c->d;
-        const float *src = rows + (int64_t)i * (st == LS_STAGE_LM_HEAD ? c->n_vocab : width);
-        if (!c->comparing) {
-            memcpy(dst, src, sizeof(float) * (size_t)width);
-            c->have[sl] = true;
-        } else if (c->have[sl] && memcmp(dst, src, sizeof(float) * (size_t)width) != 0) {
-            if (layer + 1 <= 64) c->diff_count[layer + 1][st]++;
-            if (!c->found) {
-                c->found = true;
-                c->f_layer = layer;
-                c->f_stage = st;
-                c->f_pos = pos0 + i;
-            }
-        }
+        size_t sl = cap_slot(c, layer, st, r);
+        float *dst = c->rows[arm] + sl * (size_t)c->width;
+        memcpy(dst, rows + (int64_t)i * width, sizeof(float) * (size_t)keep);
+        if (keep < c->width) memset(dst + keep, 0, sizeof(float) * (size_t)(c->width - keep));
+        c->have[arm][sl] = true;
     }
+}
+
+static bool cap_row_differs(const ls_probe_capture *c, int32_t layer, ls_stage st, int32_t r) {
+    size_t sl = cap_slot(c, layer, st, r);
+    if (!c->have[0][sl] || !c->have[1][sl]) return false;
+    return memcmp(c->rows[0] + sl * (size_t)c->width, c->rows[1] + sl * (size_t)c->width,
+                  sizeof(float) * (size_t)c->width) != 0;
+}
+
+int32_t ls_probe_capture_diff_rows(const ls_probe_capture *c, int32_t layer, ls_stage st) {
+    int32_t n = 0;
+    if (layer < -1 || layer >= c->n_layer || (unsigned)st >= LS_STAGE_COUNT) return 0;
+    for (int32_t r = 0; r < c->k; r++) n += cap_row_differs(c, layer, st, r);
+    return n;
+}
+
+bool ls_probe_capture_compare(const ls_probe_capture *c, ls_probe_divergence *first) {
+    /* Execution order: every layer's sub-ops, then the output stages (slot layer -1). */
+    for (int32_t l = 0; l <= c->n_layer; l++) {
+        int32_t layer = l < c->n_layer ? l : -1;
+        int st0 = layer < 0 ? LS_STAGE_FINAL_NORM : LS_STAGE_ATTENTION;
+        int st1 = layer < 0 ? LS_STAGE_COUNT : LS_STAGE_FINAL_NORM;
+        for (int st = st0; st < st1; st++)
+            for (int32_t r = 0; r < c->k; r++)
+                if (cap_row_differs(c, layer, (ls_stage)st, r)) {
+                    if (first) *first = (ls_probe_divergence){layer, (ls_stage)st, c->p0 + r};
+                    return true;
+                }
+    }
+    return false;
+}
+
+/* The session's capture hook: records into the arm being run. */
+typedef struct {
+    ls_probe_capture *cap;
+    int arm;
+} capture_hook;
+
+static void on_stage(void *ud, int32_t layer, ls_stage st, const float *rows, int32_t n, int64_t width,
+                     int32_t pos0) {
+    capture_hook *h = ud;
+    ls_probe_capture_rows(h->cap, h->arm, layer, st, rows, n, width, pos0);
 }
 
 /* ---- one case: prefill a prompt, then chain vs block over K tokens --------------------- */
@@ -64,8 +114,12 @@ typedef struct {
     int32_t first_row;
 } case_result;
 
-static int run_arm(ls_session *s, const int32_t *prompt, int32_t np, const int32_t *blk, int32_t k, bool chain,
-                   float *logits, int64_t nv, char *err, size_t errlen) {
+/* Prefill the prompt (identically in both arms, the fault off), then run the block tokens
+ * as a chain of single steps or as one block. A test fault is on for the block forward
+ * only: a faulted prefill would change the keys every block row reads and blame row 0. */
+static int run_arm(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np, const int32_t *blk,
+                   int32_t k, bool chain, float *logits, int64_t nv, char *err, size_t errlen) {
+    ls_session_set_fault(s, false, 0, 0);
     if (ls_session_truncate(s, 0) != LS_OK) {
         snprintf(err, errlen, "probe: reset failed");
         return LS_ERR;
@@ -83,29 +137,27 @@ static int run_arm(ls_session *s, const int32_t *prompt, int32_t np, const int32
         }
         return LS_OK;
     }
-    return ls_session_eval(s, blk, k, 0, logits, err, errlen);
+    ls_session_set_fault(s, opt->fault_on, opt->fault_layer, opt->fault_stage);
+    int rc = ls_session_eval(s, blk, k, 0, logits, err, errlen);
+    ls_session_set_fault(s, false, 0, 0);
+    return rc;
 }
 
 static int run_case(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np,
-                    const int32_t *blk, float *la, float *lb, capture_ctx *cap, case_result *cr, char *err,
+                    const int32_t *blk, float *la, float *lb, ls_probe_capture *cap, case_result *cr, char *err,
                     size_t errlen) {
     int32_t k = opt->block_size;
     int64_t nv = ls_session_n_vocab(s);
+    capture_hook hook = {.cap = cap, .arm = 0};
     if (cap) {
-        cap->p0 = np;
-        cap->comparing = false;
-        cap->found = false;
-        memset(cap->have, 0, sizeof(bool) * (size_t)(cap->n_layer + 1) * LS_STAGE_COUNT * (size_t)k);
-        memset(cap->diff_count, 0, sizeof cap->diff_count);
-        ls_session_set_capture(s, on_stage, cap);
+        ls_probe_capture_reset(cap, np);
+        ls_session_set_capture(s, on_stage, &hook);
     }
-    ls_session_set_fault(s, false, 0, 0);
-    int rc = run_arm(s, prompt, np, blk, k, true, la, nv, err, errlen);
-    if (rc != LS_OK) return rc;
-    if (cap) cap->comparing = true;
-    ls_session_set_fault(s, opt->fault_on, opt->fault_layer, opt->fault_stage);
-    rc = run_arm(s, prompt, np, blk, k, false, lb, nv, err, errlen);
-    ls_session_set_fault(s, false, 0, 0);
+    int rc = run_arm(s, opt, prompt, np, blk, k, true, la, nv, err, errlen);
+    if (rc == LS_OK) {
+        hook.arm = 1;
+        rc = run_arm(s, opt, prompt, np, blk, k, false, lb, nv, err, errlen);
+    }
     ls_session_set_capture(s, NULL, NULL);
     if (rc != LS_OK) return rc;
     cr->diff_bytes = 0;
@@ -120,7 +172,7 @@ static int run_case(ls_session *s, const ls_probe_options *opt, const int32_t *p
     return LS_OK;
 }
 
-static void trace_report(const capture_ctx *c, const ls_model *m) {
+static void trace_report(const ls_probe_capture *c, const ls_model *m) {
     for (int32_t l = -1; l < c->n_layer; l++) {
         char line[256];
         int off = 0;
@@ -130,7 +182,7 @@ static void trace_report(const capture_ctx *c, const ls_model *m) {
             bool final_stage = st >= LS_STAGE_FINAL_NORM;
             if ((l < 0) != final_stage) continue;
             off += snprintf(line + off, sizeof line - (size_t)off, " %s=%s", ls_stage_name((ls_stage)st),
-                            c->diff_count[l + 1][st] ? "DIFFERS" : "identical");
+                            ls_probe_capture_diff_rows(c, l, (ls_stage)st) ? "DIFFERS" : "identical");
         }
         LS_INFO("%s", line);
     }
@@ -156,11 +208,9 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
     int64_t nv = cfg->n_vocab;
     float *la = malloc(sizeof(float) * (size_t)(k * nv)), *lb = malloc(sizeof(float) * (size_t)(k * nv));
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)long_len);
-    capture_ctx cap = {.n_layer = cfg->n_layer, .k = k, .d = cfg->n_embd, .n_vocab = nv, .m = model};
-    size_t slots = (size_t)(cfg->n_layer + 1) * LS_STAGE_COUNT * (size_t)k;
-    cap.rows = malloc(sizeof(float) * slots * (size_t)cap.d);
-    cap.have = calloc(slots, sizeof(bool));
-    if (!la || !lb || !prompt || !cap.rows || !cap.have) {
+    ls_probe_capture cap;
+    bool cap_ok = ls_probe_capture_init(&cap, cfg->n_layer, k, cfg->n_embd) == LS_OK;
+    if (!la || !lb || !prompt || !cap_ok) {
         snprintf(err, errlen, "probe: out of memory");
         rc = LS_ERR_NOMEM;
         goto done;
@@ -199,11 +249,14 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
                 rc = run_case(s, opt, prompt, np, blks[c], la, lb, &cap, &cr, err, errlen);
                 if (rc != LS_OK) goto done;
             }
-            res->localized = cap.found;
-            res->layer = cap.f_layer;
-            res->stage = cap.f_stage;
-            res->position = cap.f_pos;
-            res->layer_sliding = cap.f_layer >= 0 && model->layers[cap.f_layer].sliding;
+            ls_probe_divergence dv;
+            res->localized = ls_probe_capture_compare(&cap, &dv);
+            if (res->localized) {
+                res->layer = dv.layer;
+                res->stage = dv.stage;
+                res->position = dv.position;
+                res->layer_sliding = dv.layer >= 0 && model->layers[dv.layer].sliding;
+            }
         }
     }
     res->diff_bytes = tot_diff;
@@ -234,8 +287,7 @@ done:
     free(la);
     free(lb);
     free(prompt);
-    free(cap.rows);
-    free(cap.have);
+    if (cap_ok) ls_probe_capture_free(&cap);
     ls_session_free(s);
     return rc;
 }

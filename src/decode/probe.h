@@ -46,4 +46,39 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
  * (and forget memoized verdicts), to test the decline path of generation. */
 void ls_probe_set_test_fault(bool on, int32_t layer, ls_stage stage);
 
+/* ---- Localization (used by ls_probe_run; exposed so tests can feed hand-made rows) ----
+ * The rows every (layer, stage) produced for the K block positions of one probe case, from
+ * both arms: arm 0 = the single-token chain, arm 1 = the verify block. */
+typedef struct {
+    int32_t n_layer, k; /* layers; block rows */
+    int64_t width;      /* floats kept per row (a prefix of wider rows, e.g. logits) */
+    int32_t p0;         /* absolute position of block row 0 */
+    float *rows[2];     /* [arm][(n_layer + 1) * LS_STAGE_COUNT][k][width], slot layer + 1 */
+    bool *have[2];      /* [arm][(n_layer + 1) * LS_STAGE_COUNT][k] */
+} ls_probe_capture;
+
+int ls_probe_capture_init(ls_probe_capture *c, int32_t n_layer, int32_t k, int64_t width);
+void ls_probe_capture_free(ls_probe_capture *c);
+/* Forget every recorded row; block row 0 is at absolute position p0. */
+void ls_probe_capture_reset(ls_probe_capture *c, int32_t p0);
+/* Record n rows of one stage for `arm`: row r ([width] floats, rows width apart) is at
+ * absolute position pos0 + r; rows outside [p0, p0 + k) (prefill) are ignored. layer is -1
+ * for the final-norm and lm-head stages. */
+void ls_probe_capture_rows(ls_probe_capture *c, int arm, int32_t layer, ls_stage st, const float *rows, int32_t n,
+                           int64_t width, int32_t pos0);
+
+typedef struct {
+    int32_t layer; /* -1 for final-norm / lm-head */
+    ls_stage stage;
+    int32_t position; /* absolute */
+} ls_probe_divergence;
+/* Compare the arms row by row (bytes) in the forward's execution order: layers 0..n-1
+ * (attention, mlp, layer-output each), then final-norm, lm-head; within a stage, block rows
+ * in order. Rows recorded in only one arm are skipped. Returns true and the first
+ * differing (layer, stage, position) if any row differs; the order in which rows were
+ * recorded does not matter. */
+bool ls_probe_capture_compare(const ls_probe_capture *c, ls_probe_divergence *first);
+/* Number of block rows of (layer, stage) that differ between the arms. */
+int32_t ls_probe_capture_diff_rows(const ls_probe_capture *c, int32_t layer, ls_stage st);
+
 #endif

@@ -5,6 +5,7 @@
  *   x += post_ffw_norm(down(gelu_tanh(gate(h)) * up(h))), h = ffn_norm(x)
  * then output_norm and the tied LM head. GGUF norm weights already include the +1.
  * Every op is row-independent (backend.h), so row r's bits do not depend on n. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,15 +29,15 @@ const char *ls_stage_name(ls_stage st) {
     return st < LS_STAGE_COUNT ? names[st] : "?";
 }
 
-/* Probe hook: fault injection (blocks only) then capture. */
+/* Probe hook: fault injection (blocks only) then capture. The fault changes one element of
+ * the block's last row by at least 1 and at least its own magnitude: a one-ulp flip would
+ * be absorbed downstream (int8 activation quantization, f16 KV, the next RMSNorm), the
+ * logits would not change and the probe would never see it. */
 static void stage_done(ls_session *s, int32_t layer, ls_stage st, float *rows, int32_t n, int64_t width,
                        int32_t pos0) {
     if (s->fault_on && n > 1 && layer == s->fault_layer && st == s->fault_stage) {
-        uint32_t u;
         float *x = rows + (int64_t)(n - 1) * width; /* last row of the block */
-        memcpy(&u, x, 4);
-        u ^= 1u;
-        memcpy(x, &u, 4);
+        x[0] += 1.0f + fabsf(x[0]);
     }
     if (s->capture) s->capture(s->capture_ud, layer, st, rows, n, width, pos0);
 }

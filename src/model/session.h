@@ -47,9 +47,9 @@ struct ls_session {
     /* Exactness-probe hooks (NULL / off in normal operation; never set on a request path). */
     ls_capture_fn capture;
     void *capture_ud;
-    /* Test-only fault injection: when on, forwards of more than one row flip the lowest
-     * mantissa bit of one element of `fault_stage` in layer `fault_layer`, so tests can
-     * check the probe names exactly that layer and sub-op. */
+    /* Test-only fault injection: when on, forwards of more than one row perturb one element
+     * of the last row of `fault_stage` in layer `fault_layer` (enough to reach the logits),
+     * so tests can check the probe names exactly that layer and sub-op. */
     bool fault_on;
     int32_t fault_layer;
     ls_stage fault_stage;
