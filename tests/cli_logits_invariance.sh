@@ -9,6 +9,7 @@ DATA=${LOCKSTEP_TEST_DATA:?}
 N=${LOCKSTEP_INVARIANCE_TOKENS:-700}
 # The sanitizer run uses a shorter prompt (still beyond the 512-token window) to stay fast.
 MODES=${LOCKSTEP_INVARIANCE_MODES:-prefill chain prefill:7 prefill:64}
+THREADS=${LOCKSTEP_INVARIANCE_THREADS:-1 2}
 if [ ! -f "$MODEL" ]; then echo "SKIP: model $MODEL not installed"; exit 77; fi
 
 ids=$("$CLI" tokenize -m "$MODEL" -f "$DATA/long_prompt.txt" | tr ' ' '\n' | awk -v n="$N" 'NR <= n' | paste -sd, -)
@@ -17,7 +18,7 @@ count=$(echo "$ids" | tr ',' '\n' | wc -l)
 
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 ref=""
-for t in 1 2; do
+for t in $THREADS; do
   for mode in $MODES; do
     "$CLI" logits -m "$MODEL" --tokens "$ids" --mode "$mode" -t "$t" -c 1024 -o "$tmp/logits.bin"
     h=$(sha256sum "$tmp/logits.bin" | cut -d' ' -f1)

@@ -17,17 +17,23 @@ static int32_t ngram_propose(ls_drafter *d, ls_session *target, const int32_t *h
     for (int32_t len = g->n_max; len >= g->n_min; len--) {
         if (len > n - 1) continue;
         const int32_t *key = hist + n - len;
-        /* Scan backwards so the most recent match wins; the match must end before the key. */
-        for (int32_t start = n - len - 1; start >= 0; start--) {
+        /* Scan backwards: the most recent match with a full continuation of `max` tokens
+         * wins; failing that, the match with the longest continuation (in a run of one
+         * repeated token the nearest match has only one token after it). */
+        int32_t best_from = -1, best_cnt = 0;
+        for (int32_t start = n - len - 1; start >= 0 && best_cnt < max; start--) {
             int32_t k = 0;
             while (k < len && hist[start + k] == key[k]) k++;
             if (k < len) continue;
-            int32_t from = start + len, cnt = 0;
-            while (cnt < max && from + cnt < n) {
-                out[cnt] = hist[from + cnt];
-                cnt++;
+            int32_t from = start + len, cnt = n - from < max ? n - from : max;
+            if (cnt > best_cnt) {
+                best_cnt = cnt;
+                best_from = from;
             }
-            if (cnt > 0) return cnt;
+        }
+        if (best_cnt > 0) {
+            for (int32_t i = 0; i < best_cnt; i++) out[i] = hist[best_from + i];
+            return best_cnt;
         }
     }
     return 0;
