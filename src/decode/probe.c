@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "kernels/backend.h"
@@ -117,9 +119,22 @@ typedef struct {
 /* Prefill the prompt (identically in both arms, the fault off), then run the block tokens
  * as a chain of single steps or as one block. A test fault is on for the block forward
  * only: a faulted prefill would change the keys every block row reads and blame row 0. */
+/* Chain arm: prefill the prompt on a reset session, then K single-token steps. Block arm:
+ * roll the same session back to the end of the prompt (the path speculative rounds take)
+ * and run the K tokens as one block. The fault switch is on only for that block forward. */
 static int run_arm(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np, const int32_t *blk,
                    int32_t k, bool chain, float *logits, int64_t nv, char *err, size_t errlen) {
     ls_session_set_fault(s, false, 0, 0);
+    if (!chain) {
+        if (ls_session_truncate(s, np) != LS_OK) {
+            snprintf(err, errlen, "probe: rollback to the prompt end failed");
+            return LS_ERR;
+        }
+        ls_session_set_fault(s, opt->fault_on, opt->fault_layer, opt->fault_stage);
+        int rc = ls_session_eval(s, blk, k, 0, logits, err, errlen);
+        ls_session_set_fault(s, false, 0, 0);
+        return rc;
+    }
     if (ls_session_truncate(s, 0) != LS_OK) {
         snprintf(err, errlen, "probe: reset failed");
         return LS_ERR;
@@ -130,17 +145,11 @@ static int run_arm(ls_session *s, const ls_probe_options *opt, const int32_t *pr
         int rc = ls_session_eval(s, prompt + i, m, m, NULL, err, errlen);
         if (rc != LS_OK) return rc;
     }
-    if (chain) {
-        for (int32_t j = 0; j < k; j++) {
-            int rc = ls_session_eval(s, blk + j, 1, 0, logits + (int64_t)j * nv, err, errlen);
-            if (rc != LS_OK) return rc;
-        }
-        return LS_OK;
+    for (int32_t j = 0; j < k; j++) {
+        int rc = ls_session_eval(s, blk + j, 1, 0, logits + (int64_t)j * nv, err, errlen);
+        if (rc != LS_OK) return rc;
     }
-    ls_session_set_fault(s, opt->fault_on, opt->fault_layer, opt->fault_stage);
-    int rc = ls_session_eval(s, blk, k, 0, logits, err, errlen);
-    ls_session_set_fault(s, false, 0, 0);
-    return rc;
+    return LS_OK;
 }
 
 static int run_case(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np,
@@ -315,6 +324,61 @@ void ls_probe_set_test_fault(bool on, int32_t layer, ls_stage stage) {
     pthread_mutex_unlock(&g_memo_mu);
 }
 
+/* Passing verdicts are also remembered on disk ($XDG_CACHE_HOME or ~/.cache, lockstep/probe/),
+ * keyed by the model file's identity (path, size, mtime), engine version, backend, drafter,
+ * K and thread count, so repeated CLI runs do not pay for the probe each time. Failures are
+ * never cached: they are re-checked (and re-localized) on every start. LOCKSTEP_PROBE_CACHE=0
+ * turns the disk cache off. */
+static bool disk_cache_path(const ls_session *s, const char *drafter, int32_t k, char *out, size_t cap) {
+    const char *off = getenv("LOCKSTEP_PROBE_CACHE");
+    if (off && !strcmp(off, "0")) return false;
+    const ls_model *m = s->model;
+    if (!m->path[0] || !m->file_size) return false;
+    char key[1400];
+    snprintf(key, sizeof key, "%s|%llu|%lld|%s|%s|%s|%d|%d", m->path, (unsigned long long)m->file_size,
+             (long long)m->file_mtime, ls_version(), ls_backend_name(), drafter, k, s->n_threads);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *p = key; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(out, cap, "%s/lockstep/probe/%016llx.pass", xdg, (unsigned long long)h);
+    else if (home && *home)
+        snprintf(out, cap, "%s/.cache/lockstep/probe/%016llx.pass", home, (unsigned long long)h);
+    else
+        return false;
+    return true;
+}
+
+static bool disk_cache_read(const char *path, ls_probe_result *res) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    memset(res, 0, sizeof *res);
+    bool ok = fgets(res->message, sizeof res->message, f) != NULL;
+    fclose(f);
+    if (!ok) return false;
+    res->message[strcspn(res->message, "\n")] = 0;
+    res->passed = true;
+    return true;
+}
+
+static void disk_cache_write(const char *path, const ls_probe_result *res) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(dir, 0755);
+            *p = '/';
+        }
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f, "%s\n", res->message);
+    if (fclose(f) == 0) rename(tmp, path);
+    else remove(tmp);
+}
+
 void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size, ls_probe_result *res) {
     const ls_model *m = s->model;
     pthread_mutex_lock(&g_memo_mu);
@@ -328,6 +392,8 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
     }
     pthread_mutex_unlock(&g_memo_mu);
     ls_probe_options opt = {.block_size = block_size, .n_threads = s->n_threads};
+    char cache_path[1100];
+    bool use_disk = disk_cache_path(s, drafter, block_size, cache_path, sizeof cache_path);
     pthread_mutex_lock(&g_memo_mu);
     opt.fault_on = g_test_fault.fault_on;
     opt.fault_layer = g_test_fault.fault_layer;
@@ -335,12 +401,17 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
     pthread_mutex_unlock(&g_memo_mu);
     const char *tr = getenv("LOCKSTEP_PROBE_TRACE");
     opt.trace = tr && *tr && strcmp(tr, "0") != 0;
+    /* A trace or an injected fault always runs the probe for real. */
+    if (opt.trace || opt.fault_on) use_disk = false;
     char err[256];
-    if (ls_probe_run(s->model, &opt, res, err, sizeof err) != LS_OK) {
+    if (use_disk && disk_cache_read(cache_path, res)) {
+        LS_INFO("%s (verdict cached on disk)", res->message);
+    } else if (ls_probe_run(s->model, &opt, res, err, sizeof err) != LS_OK) {
         memset(res, 0, sizeof *res);
         snprintf(res->message, sizeof res->message, "exactness probe could not run: %s", err);
     } else if (res->passed) {
         LS_INFO("%s", res->message);
+        if (use_disk) disk_cache_write(cache_path, res);
     }
     pthread_mutex_lock(&g_memo_mu);
     if (g_memo_n < 64) {

@@ -38,6 +38,10 @@ struct ls_model {
     int n_owned;
     int64_t n_params;
     uint64_t weight_bytes;
+    /* File identity, for caches keyed by the model (the probe verdict cache). */
+    char path[1024];
+    uint64_t file_size;
+    int64_t file_mtime;
 };
 
 #endif

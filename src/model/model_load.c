@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/log.h"
 #include "lockstep.h"
@@ -217,6 +218,12 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
         return LS_ERR_NOMEM;
     }
     if (gguf_open(path, &m->gguf, err, errlen) != 0) goto fail;
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        m->file_size = (uint64_t)sb.st_size;
+        m->file_mtime = (int64_t)sb.st_mtime;
+    }
+    if (!realpath(path, m->path)) snprintf(m->path, sizeof m->path, "%s", path);
     gguf_str s;
     if (gguf_get_str(m->gguf, "general.architecture", &s) != 0) {
         ERRF("model: '%s' has no general.architecture", path);
