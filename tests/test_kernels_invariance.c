@@ -220,9 +220,52 @@ static void test_dot_f32_scalar_vs_avx2(void **st) {
     }
 }
 
+/* GELU-mul: the AVX2 lanes and the scalar twin give identical bits for every element
+ * (dense sweep plus specials, every tail length), and stay close to the tanhf formula. */
+static void test_gelu_scalar_vs_avx2(void **st) {
+    (void)st;
+    enum { LEN = 4096 };
+    float *x = malloc(sizeof(float) * LEN), *u = malloc(sizeof(float) * LEN);
+    float *gs = malloc(sizeof(float) * LEN), *ga = malloc(sizeof(float) * LEN);
+    assert_true(x && u && gs && ga);
+    uint64_t rng = 99;
+    for (int i = 0; i < LEN; i++) {
+        x[i] = i < 2048 ? -16.0f + 32.0f * (float)i / 2048.0f : rng_normal(&rng, i % 3 == 0 ? 8.0f : 1.0f);
+        u[i] = rng_normal(&rng, 1.0f);
+    }
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f, 1e30f, -1e30f, -43.0f, -44.0f};
+    for (int i = 0; i < (int)(sizeof specials / sizeof specials[0]); i++) x[100 + i] = specials[i];
+    const int avx2 = have_avx2();
+    for (int n = 1; n <= LEN; n = n < 300 ? n + 1 : n == LEN ? LEN + 1 : n * 2 > LEN ? LEN : n * 2) {
+        memcpy(gs, x, sizeof(float) * (size_t)n);
+        ls_gelu_mul_scalar(gs, u, n);
+        memcpy(ga, x, sizeof(float) * (size_t)n);
+        ls_gelu_mul(ga, u, n);
+        assert_memory_equal(gs, ga, sizeof(float) * (size_t)n);
+        if (avx2) {
+            memcpy(ga, x, sizeof(float) * (size_t)n);
+            ls_gelu_mul_avx2(ga, u, n);
+            assert_memory_equal(gs, ga, sizeof(float) * (size_t)n);
+        }
+    }
+    for (int i = 0; i < LEN; i++) {
+        if (!isfinite(x[i])) continue;
+        const double xd = x[i], z = 0.7978845608028654 * (xd + 0.044715 * xd * xd * xd);
+        const double want = 0.5 * xd * (1.0 + tanh(z)) * u[i];
+        if (!(fabs(gs[i] - want) <= 2e-7 * (1.0 + fabs(want)) * (1.0 + fabs(u[i]))))
+            print_error("gelu x=%.9g u=%.9g got %.9g want %.9g\n", x[i], u[i], gs[i], want);
+        assert_true(fabs(gs[i] - want) <= 2e-7 * (1.0 + fabs(want)) * (1.0 + fabs(u[i])));
+    }
+    free(x);
+    free(u);
+    free(gs);
+    free(ga);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dot_f32_scalar_vs_avx2),
+        cmocka_unit_test(test_gelu_scalar_vs_avx2),
         cmocka_unit_test(test_f32),
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_bf16),

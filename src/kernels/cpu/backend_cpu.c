@@ -77,14 +77,15 @@ static void cpu_rope(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32
                      const int32_t *pos, float theta_base) {
     (void)be;
     int32_t half = n_rot / 2;
-    float cs[512], sn[512];
+    float cs[512], sn[512], invf[512];
     LS_ASSERT(half <= 512);
+    /* the frequencies depend on j only: computed once per call (same values as per row) */
+    for (int32_t j = 0; j < half; j++) invf[j] = (float)pow((double)theta_base, -2.0 * j / (double)n_rot);
     for (int64_t r = 0; r < m; r++) {
         /* Angles from the absolute position alone (no incremental rotation), so a row
          * rotates identically in any batch. */
         for (int32_t j = 0; j < half; j++) {
-            double inv = pow((double)theta_base, -2.0 * j / (double)n_rot);
-            double ang = (double)pos[r] * (double)(float)inv;
+            double ang = (double)pos[r] * (double)invf[j];
             cs[j] = (float)cos(ang);
             sn[j] = (float)sin(ang);
         }
@@ -156,12 +157,7 @@ static void cpu_attention(ls_backend *be, const ls_attn_args *a) {
 
 static void cpu_gelu_mul(ls_backend *be, float *g, const float *u, int64_t n) {
     (void)be;
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (int64_t i = 0; i < n; i++) {
-        float x = g[i];
-        float gx = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-        g[i] = gx * u[i];
-    }
+    ls_gelu_mul(g, u, n); /* vectorized, per-element deterministic (dot_f32.c) */
 }
 
 static void cpu_add(ls_backend *be, float *x, const float *y, int64_t n) {

@@ -3,10 +3,12 @@
  * size M or the thread count (speculative.md sections 1-2), and the AVX2 paths give the
  * same bits as the scalar reference (tests memcmp them).
  *
- * The fixed reduction order for quantized types: per block, an exact integer dot product
- * (integer sums are exact in any order); across blocks, one float accumulator updated in
+ * The fixed reduction order for quantized types: per block, exact integer dot products
+ * (integer sums are exact in any order); across blocks, float accumulators updated in
  * block order: acc = fmaf(d_w * d_a, (float)isum, acc) (plus the min/offset term where
- * the type has one, in a fixed order documented in the kernel). */
+ * the type has one, in a fixed order documented in the kernel). Q4_0/Q5_0/Q8_0 keep two
+ * accumulators (one per half block, added at the end), the others one
+ * (vec_dot_scalar.c documents each). */
 #ifndef LS_KERNELS_CPU_KERNELS_H
 #define LS_KERNELS_CPU_KERNELS_H
 
@@ -34,6 +36,13 @@ ls_vec_dot_fn ls_vec_dot_get(ls_type wt, ls_isa isa);
  * attention and float weights. n is any length (tail handled in a fixed order too). */
 float ls_dot_f32(const float *a, const float *b, int64_t n);
 float ls_dot_f16_f32(const uint16_t *a_f16, const float *b, int64_t n);
+
+/* g[i] = gelu_tanh(g[i]) * u[i], elementwise; each element's bits depend on (g[i], u[i])
+ * only (same on both ISAs; accuracy vs 0.5 x (1 + tanhf(z)): see dot_f32.c). */
+void ls_gelu_mul(float *g, const float *u, int64_t n);
+float ls_gelu_scalar(float x);
+void ls_gelu_mul_scalar(float *g, const float *u, int64_t n);
+void ls_gelu_mul_avx2(float *g, const float *u, int64_t n);
 
 /* Y[m][n] = dot(W row n, X row m) for m < M, n < N.
  *   W: N rows of K elements of type wt (row stride ls_row_size(wt, K)).
@@ -99,5 +108,12 @@ typedef void (*ls_gemm8_fn)(int64_t k, const void *w, size_t w_stride, const voi
                             float *y, int64_t y_stride);
 enum { LS_GEMM8_MAX_ACT = 4 };
 ls_gemm8_fn ls_gemm8_avx2_get(ls_type wt);
+/* Tile kernels (weight-stationary, no horizontal sum per block): nrows (any, >= 1) weight
+ * rows against nact (any, >= 1) activation rows: y[c * y_stride + r] =
+ * dot(row r, activation row c), bit-identical to ls_vec_dot_get(wt, isa) for every
+ * (r, c) whatever nrows and nact. NULL where the type has none (it then uses gemm8). */
+typedef void (*ls_tile_fn)(int64_t k, const void *w, size_t w_stride, int64_t nrows, const void *act,
+                           size_t act_stride, int nact, float *y, int64_t y_stride);
+ls_tile_fn ls_tile_avx2_get(ls_type wt);
 
 #endif

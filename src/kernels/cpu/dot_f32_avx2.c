@@ -53,8 +53,45 @@ float ls_dot_bf16_f32_avx2(const uint16_t *a_bf16, const float *b, int64_t n) {
     return s;
 }
 
+/* ls_gelu_scalar (dot_f32.c) on eight lanes: the same IEEE operations in the same order;
+ * the tail runs the scalar twin itself. */
+void ls_gelu_mul_avx2(float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 a = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), x), x);
+        const __m256 z = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_add_ps(x, a));
+        const __m256 az = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
+        /* max_ps(m, c) = m > c ? m : c, the scalar twin's select (NaN -> c) */
+        const __m256 m0 = _mm256_mul_ps(_mm256_set1_ps(-2.0f), az);
+        const __m256 m = _mm256_max_ps(m0, _mm256_set1_ps(-87.0f));
+        const __m256 nn = _mm256_sub_ps(
+            _mm256_add_ps(_mm256_mul_ps(m, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(12582912.0f)),
+            _mm256_set1_ps(12582912.0f));
+        __m256 r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-0.693359375f), m);
+        r = _mm256_fmadd_ps(nn, _mm256_set1_ps(2.12194440e-4f), r);
+        __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+        __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+        const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nn), _mm256_set1_epi32(127)), 23);
+        e = _mm256_andnot_ps(_mm256_cmp_ps(m0, _mm256_set1_ps(-87.0f), _CMP_LT_OQ),
+                             _mm256_mul_ps(e, _mm256_castsi256_ps(bits)));
+        const __m256 t = _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        const __m256 ge = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GE_OQ);
+        const __m256 opt = _mm256_blendv_ps(_mm256_mul_ps(t, e), t, ge);
+        const __m256 gx = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), opt);
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(gx, _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = ls_gelu_scalar(g[i]) * u[i];
+}
+
 #else
 /* Not an x86 build with AVX2 flags: never selected (ls_cpu_isa() reports scalar). */
+void ls_gelu_mul_avx2(float *g, const float *u, int64_t n) { ls_gelu_mul_scalar(g, u, n); }
 float ls_dot_f32_avx2(const float *a, const float *b, int64_t n) { return ls_dot_f32_scalar(a, b, n); }
 float ls_dot_f16_f32_avx2(const uint16_t *a, const float *b, int64_t n) { return ls_dot_f16_f32_scalar(a, b, n); }
 float ls_dot_bf16_f32_avx2(const uint16_t *a, const float *b, int64_t n) { return ls_dot_bf16_f32_scalar(a, b, n); }

@@ -5,6 +5,9 @@
  * the same activation bytes, whatever M or the thread count:
  *  - activations are quantized per row into scratch (a row's bytes never depend on M);
  *  - threads split N (output columns) in groups of 8 rows; K is never split;
+ *  - Q4_0/Q5_0/Q8_0 use the tile kernels (ls_tile_fn): four (row, activation) outputs
+ *    per register, each running the single-row kernel's float sequence whatever the
+ *    tile shape, so any M, any tiling and any thread split give the same bits;
  *  - the eight-row AVX2 kernels run the single-row kernel's float sequence per lane for
  *    any number (1..4) of activation rows at once, and the leftover rows (N % 8) use the
  *    single-row kernel itself, so an output gives the same bits whether it lands in an
@@ -41,6 +44,7 @@ typedef struct {
     int64_t m_chunk;   /* activation rows per L2 chunk, multiple of LS_GEMM8_MAX_ACT */
     ls_vec_dot_fn dot;
     ls_gemm8_fn gemm8; /* NULL for the scalar ISA */
+    ls_tile_fn tile;   /* NULL for the scalar ISA and types without tile kernels */
 } mm_job;
 
 typedef struct {
@@ -72,6 +76,11 @@ static void mm_rows(const mm_job *j, int64_t n0, int64_t n1) {
         const int64_t mc1 = mc + j->m_chunk < j->M ? mc + j->m_chunk : j->M;
         for (int64_t t0 = n0; t0 < n1; t0 += j->tile_rows) {
             const int64_t t1 = t0 + j->tile_rows < n1 ? t0 + j->tile_rows : n1;
+            if (j->tile) { /* the whole chunk of activation rows against this weight tile */
+                j->tile(j->K, j->W + t0 * j->w_row, j->w_row, t1 - t0, j->A + mc * j->a_row, j->a_row, (int)(mc1 - mc),
+                        j->Y + mc * j->y_stride + t0, j->y_stride);
+                continue;
+            }
             for (int64_t m = mc; m < mc1; m += LS_GEMM8_MAX_ACT) {
                 const int nact = mc1 - m < LS_GEMM8_MAX_ACT ? (int)(mc1 - m) : LS_GEMM8_MAX_ACT;
                 const uint8_t *a = j->A + m * j->a_row;
@@ -119,6 +128,7 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
         .W = W, .w_row = w_row, .N = N, .K = K, .M = M, .Y = Y, .y_stride = y_stride, .dot = dot,
         /* the eight-row kernels only pair with the ISA the single-row one came from */
         .gemm8 = dot == ls_vec_dot_avx2_get(wt) ? ls_gemm8_avx2_get(wt) : NULL,
+        .tile = dot == ls_vec_dot_avx2_get(wt) ? ls_tile_avx2_get(wt) : NULL,
     };
     int64_t tile = (int64_t)(MM_TILE_BYTES / w_row) / 8 * 8;
     j.tile_rows = M == 1 ? N : (tile < 8 ? 8 : tile); /* M == 1: no reuse to tile for */

@@ -29,7 +29,12 @@ static inline int act_nearest_int(float v) {
 static void act_quantize_q8_0(const float *x, ls_block_q8_0 *y, int64_t k) {
     for (int64_t b = 0; b < k / LS_QK8_0; b++, x += LS_QK8_0) {
         float amax = 0.0f;
-        for (int j = 0; j < LS_QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        /* == fmaxf(amax, fabsf(x[j])) for every input (a NaN x is skipped either way, amax
+         * never becomes NaN or -0), but inlined: fmaxf is a libm call at -O2 */
+        for (int j = 0; j < LS_QK8_0; j++) {
+            const float ax = fabsf(x[j]);
+            amax = ax > amax ? ax : amax;
+        }
         const float d = amax / 127.f;
         const float id = amax != 0.0f ? 127.f / amax : 0.0f;
         y[b].d = ls_f32_to_f16(d);

@@ -238,6 +238,180 @@ VD_INLINE void q32_gemm8(int t, int C, int64_t k, const void *w, size_t ws, cons
 }
 
 /* ======================================================================================
+ * Signed 32-element blocks (Q4_0, Q5_0, Q8_0): two-lane order, tile kernels
+ *
+ * The reference (vec_dot_scalar.c) keeps two float accumulators per output, one per half
+ * block (elements 0..15 and 16..31). Here a register holds FOUR outputs ("slots"): lane
+ * q is slot q's low-half accumulator and lane q + 4 its high-half one. Per block, the
+ * four slots' int32x8 partials are reduced by two levels of hadd to exactly those eight
+ * half-block sums, converted, and one fma with the eight scales d_w * d_a updates all
+ * eight accumulators: per output the reference's operations, no horizontal sum per
+ * block. The four slots are C activation rows (4, 2 or 1) times 4 / C weight rows; the
+ * slot a pair lands in never changes its operations, so any tiling gives the same bits.
+ * ==================================================================================== */
+
+/* int32x8 partials of one (weight block, activation block) pair: lanes 0..3 cover
+ * elements 0..15, lanes 4..7 elements 16..31 (the decode puts element j in byte j). */
+VD_INLINE __m256i q32s_pair(__m256i aw, __m256i w, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(a, w)), _mm256_set1_epi16(1));
+}
+
+VD_INLINE float q32s_dot1(int t, int64_t k, const void *w, const void *act) {
+    const uint8_t *x = w;
+    const ls_block_q8_0 *y = act;
+    const size_t bs = q32_bsize(t);
+    float acc0 = 0.0f, acc1 = 0.0f;
+    for (int64_t b = 0; b < k / LS_QK8_0; b++) {
+        const uint8_t *blk = x + (size_t)b * bs;
+        const __m256i wv = q32_decode(t, blk);
+        const __m256i p = q32s_pair(_mm256_sign_epi8(wv, wv), wv, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const float s = vd_h2f(vd_ld16(blk)) * vd_h2f(y[b].d);
+        acc0 = fmaf(s, (float)vd_hsum_i32x4(_mm256_castsi256_si128(p)), acc0);
+        acc1 = fmaf(s, (float)vd_hsum_i32x4(_mm256_extracti128_si256(p, 1)), acc1);
+    }
+    return acc0 + acc1;
+}
+
+enum { Q32T_MAXR = 16, Q32T_MAXQ = 8 };
+
+/* One register of four slots for block b: the int sums of slots q (weight row i, activation
+ * row c as q32t_tile lays them out), reduced to the eight half-block sums, and one fma. */
+VD_INLINE __m256 q32t_quad(int t, int C, int ag, int64_t b, const __m256i *wv, const __m256i *aw,
+                           const ls_block_q8_0 *const *ap, __m256 S, __m256 acc) {
+    __m256i P[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const int i = C == 4 ? 0 : q / C, c = C == 4 ? 4 * ag + q : C == 2 ? q % 2 : ag;
+        const __m256i av = _mm256_loadu_si256((const __m256i *)ap[c][b].qs);
+        P[q] = t == Q32_Q8_0 ? q32s_pair(aw[i], wv[i], av) : _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(av, wv[i]));
+    }
+    /* Q8_0: int32 partials, two hadd levels. Q4_0/Q5_0 (|w| <= 16): int16 pair sums
+     * (|.| <= 4064), two hadd levels give sums of 8 elements (|.| <= 16256, no wrap), one
+     * madd the int32 half-block sums: one multiply instead of four. */
+    const __m256i H =
+        t == Q32_Q8_0
+            ? _mm256_hadd_epi32(_mm256_hadd_epi32(P[0], P[1]), _mm256_hadd_epi32(P[2], P[3]))
+            : _mm256_madd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(P[0], P[1]), _mm256_hadd_epi16(P[2], P[3])),
+                                _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(H), S, acc);
+}
+
+/* One tile of NQ registers of four slots each. C (4, 2 or 1) activation rows per slot
+ * group: with C = 4, register g holds weight row g / AG against activation rows
+ * 4 (g % AG) .. 4 (g % AG) + 3 (AG = 1 or 2 groups of four); with C < 4, register g holds
+ * weight rows g * (4 / C) + q / C against activation row q % C (slot q). Rows >= nrows and
+ * activations >= nact alias the last valid one (computed, never stored). Each weight
+ * block is decoded once per tile for all C * AG activation rows. */
+VD_INLINE void q32t_tile(int t, int C, int AG, int NQ, int64_t k, const uint8_t *w, size_t ws, int nrows,
+                         const uint8_t *act, size_t as, int nact, float *y, int64_t ys) {
+    const int RPQ = C == 4 ? 1 : 4 / C, NR = C == 4 ? NQ / AG : C == 2 ? NQ * 2 : NQ / AG * 4, NA = C * AG;
+    const size_t bs = q32_bsize(t);
+    const uint8_t *rp[Q32T_MAXR];
+    const ls_block_q8_0 *ap[8];
+    for (int i = 0; i < NR; i++) rp[i] = w + (size_t)(i < nrows ? i : nrows - 1) * ws;
+    for (int c = 0; c < NA; c++) ap[c] = (const ls_block_q8_0 *)(act + (size_t)(c < nact ? c : nact - 1) * as);
+    __m256 acc[Q32T_MAXQ];
+    for (int g = 0; g < NQ; g++) acc[g] = _mm256_setzero_ps();
+    const uintptr_t pf = (uintptr_t)w + 2 * (size_t)NR * ws; /* integer: may lie past W */
+    for (int64_t b = 0; b < k / LS_QK8_0; b++) {
+        for (size_t o = 0; o < (size_t)NR * bs; o += 64)
+            _mm_prefetch((const char *)(pf + (size_t)b * NR * bs + o), _MM_HINT_T0);
+        short dh[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < NA; c++) dh[c] = (short)ap[c][b].d;
+        __m256 DA[2];
+        if (C == 4) {
+            DA[0] = _mm256_cvtph_ps(_mm_setr_epi16(dh[0], dh[1], dh[2], dh[3], dh[0], dh[1], dh[2], dh[3]));
+            if (AG == 2) DA[1] = _mm256_cvtph_ps(_mm_setr_epi16(dh[4], dh[5], dh[6], dh[7], dh[4], dh[5], dh[6], dh[7]));
+        } else if (C == 2) {
+            DA[0] = _mm256_cvtph_ps(_mm_setr_epi16(dh[0], dh[1], dh[0], dh[1], dh[0], dh[1], dh[0], dh[1]));
+        } else {
+            DA[0] = _mm256_cvtph_ps(_mm_set1_epi16(dh[0]));
+            if (AG == 2) DA[1] = _mm256_cvtph_ps(_mm_set1_epi16(dh[1]));
+        }
+#pragma GCC unroll 8
+        for (int g0 = 0; g0 < NQ; g0 += (C == 2 ? 1 : AG)) {
+            /* decode the weight rows of this step once */
+            const int nr = RPQ, r0 = C == 4 ? g0 / AG : C == 2 ? g0 * 2 : g0 / AG * 4;
+            __m256i wv[4], aw[4];
+            short wh[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < nr; i++) {
+                const uint8_t *blk = rp[r0 + i] + (size_t)b * bs;
+                wv[i] = q32_decode(t, blk);
+                aw[i] = _mm256_sign_epi8(wv[i], wv[i]);
+                wh[i] = (short)vd_ld16(blk);
+            }
+            __m256 DW;
+            if (C == 4)
+                DW = _mm256_cvtph_ps(_mm_set1_epi16(wh[0]));
+            else if (C == 2)
+                DW = _mm256_cvtph_ps(_mm_setr_epi16(wh[0], wh[0], wh[1], wh[1], wh[0], wh[0], wh[1], wh[1]));
+            else
+                DW = _mm256_cvtph_ps(_mm_setr_epi16(wh[0], wh[1], wh[2], wh[3], wh[0], wh[1], wh[2], wh[3]));
+            acc[g0] = q32t_quad(t, C, 0, b, wv, aw, ap, _mm256_mul_ps(DW, DA[0]), acc[g0]);
+            if (C != 2 && AG == 2) acc[g0 + 1] = q32t_quad(t, C, 1, b, wv, aw, ap, _mm256_mul_ps(DW, DA[1]), acc[g0 + 1]);
+        }
+    }
+    for (int g = 0; g < NQ; g++) {
+        float r[4];
+        _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(acc[g]), _mm256_extractf128_ps(acc[g], 1)));
+        for (int q = 0; q < 4; q++) {
+            const int row = C == 4 ? g / AG : C == 2 ? g * 2 + q / 2 : g / AG * 4 + q;
+            const int c = C == 4 ? 4 * (g % AG) + q : C == 2 ? q % 2 : g % AG;
+            if (row < nrows && c < nact) y[c * ys + row] = r[q];
+        }
+    }
+}
+
+/* Any number of weight rows x any number of activation rows: activation groups of 4
+ * (or 3), then 2, 1 (eight activation rows per decode, C = 4 with AG = 2, measured
+ * slower: the extra live registers spill); within a group, tiles of weight rows (the caller keeps the rows
+ * in L1). Each output's operations do not depend on the group or tile it falls in. */
+VD_INLINE void q32t_rows(int t, int64_t k, const void *w, size_t ws, int64_t nrows, const void *act, size_t as,
+                         int nact, float *y, int64_t ys) {
+    const uint8_t *x = w, *a = act;
+    for (int a0 = 0; a0 < nact;) {
+        const int rem = nact - a0;
+        const uint8_t *ag = a + (size_t)a0 * as;
+        float *yg = y + (int64_t)a0 * ys;
+        if (rem >= 3) {
+            const int na = rem < 4 ? rem : 4;
+            for (int64_t r = 0; r < nrows; r += 4)
+                q32t_tile(t, 4, 1, 4, k, x + r * ws, ws, nrows - r < 4 ? (int)(nrows - r) : 4, ag, as, na, yg + r, ys);
+            a0 += na;
+        } else if (rem == 2) {
+            /* 4 rows x 2 activations per register pair; Q8_0 (cheap decode) likes two pairs */
+            if (t == Q32_Q8_0)
+                for (int64_t r = 0; r < nrows; r += 8)
+                    q32t_tile(t, 1, 2, 4, k, x + r * ws, ws, nrows - r < 8 ? (int)(nrows - r) : 8, ag, as, 2, yg + r, ys);
+            else
+                for (int64_t r = 0; r < nrows; r += 4)
+                    q32t_tile(t, 1, 2, 2, k, x + r * ws, ws, nrows - r < 4 ? (int)(nrows - r) : 4, ag, as, 2, yg + r, ys);
+            a0 += 2;
+        } else {
+            for (int64_t r = 0; r < nrows; r += 8)
+                q32t_tile(t, 1, 1, 2, k, x + r * ws, ws, nrows - r < 8 ? (int)(nrows - r) : 8, ag, as, 1, yg + r, ys);
+            a0 += 1;
+        }
+    }
+}
+
+#define T_ARGS int64_t k, const void *w, size_t ws, int64_t nrows, const void *a, size_t as, int nact, float *y, int64_t ys
+static void t_q4_0(T_ARGS) { q32t_rows(Q32_Q4_0, k, w, ws, nrows, a, as, nact, y, ys); }
+static void t_q5_0(T_ARGS) { q32t_rows(Q32_Q5_0, k, w, ws, nrows, a, as, nact, y, ys); }
+static void t_q8_0(T_ARGS) { q32t_rows(Q32_Q8_0, k, w, ws, nrows, a, as, nact, y, ys); }
+
+ls_tile_fn ls_tile_avx2_get(ls_type wt) {
+    switch (wt) {
+    case LS_TYPE_Q4_0: return t_q4_0;
+    case LS_TYPE_Q5_0: return t_q5_0;
+    case LS_TYPE_Q8_0: return t_q8_0;
+    default: return NULL;
+    }
+}
+
+/* ======================================================================================
  * K-quants against Q8_K activations
  * ==================================================================================== */
 
@@ -522,11 +696,11 @@ VD_INLINE void fw_gemm8(int t, int64_t k, const void *w, size_t ws, const void *
 static float vd_f32(int64_t k, const void *w, const void *a) { return ls_dot_f32_avx2(w, a, k); }
 static float vd_f16(int64_t k, const void *w, const void *a) { return ls_dot_f16_f32_avx2(w, a, k); }
 static float vd_bf16(int64_t k, const void *w, const void *a) { return ls_dot_bf16_f32_avx2(w, a, k); }
-static float vd_q4_0(int64_t k, const void *w, const void *a) { return q32_dot1(Q32_Q4_0, k, w, a); }
+static float vd_q4_0(int64_t k, const void *w, const void *a) { return q32s_dot1(Q32_Q4_0, k, w, a); }
 static float vd_q4_1(int64_t k, const void *w, const void *a) { return q32_dot1(Q32_Q4_1, k, w, a); }
-static float vd_q5_0(int64_t k, const void *w, const void *a) { return q32_dot1(Q32_Q5_0, k, w, a); }
+static float vd_q5_0(int64_t k, const void *w, const void *a) { return q32s_dot1(Q32_Q5_0, k, w, a); }
 static float vd_q5_1(int64_t k, const void *w, const void *a) { return q32_dot1(Q32_Q5_1, k, w, a); }
-static float vd_q8_0(int64_t k, const void *w, const void *a) { return q32_dot1(Q32_Q8_0, k, w, a); }
+static float vd_q8_0(int64_t k, const void *w, const void *a) { return q32s_dot1(Q32_Q8_0, k, w, a); }
 
 #define G8_ARGS int64_t k, const void *w, size_t ws, const void *a, size_t as, int nact, float *y, int64_t ys
 /* One entry point per type; nact is made a compile-time constant so the activation
@@ -549,11 +723,8 @@ static float vd_q8_0(int64_t k, const void *w, const void *a) { return q32_dot1(
 #define G8_Q5_K(C) k_gemm8(5, C, k, w, ws, a, as, y, ys)
 #define G8_Q6_K(C) k_gemm8(6, C, k, w, ws, a, as, y, ys)
 
-static void g8_q4_0(G8_ARGS) { G8_DISPATCH(G8_Q4_0) }
 static void g8_q4_1(G8_ARGS) { G8_DISPATCH(G8_Q4_1) }
-static void g8_q5_0(G8_ARGS) { G8_DISPATCH(G8_Q5_0) }
 static void g8_q5_1(G8_ARGS) { G8_DISPATCH(G8_Q5_1) }
-static void g8_q8_0(G8_ARGS) { G8_DISPATCH(G8_Q8_0) }
 static void g8_q4_k(G8_ARGS) { G8_DISPATCH(G8_Q4_K) }
 static void g8_q5_k(G8_ARGS) { G8_DISPATCH(G8_Q5_K) }
 static void g8_q6_k(G8_ARGS) { G8_DISPATCH(G8_Q6_K) }
@@ -583,11 +754,8 @@ ls_gemm8_fn ls_gemm8_avx2_get(ls_type wt) {
     case LS_TYPE_F32: return g8_f32;
     case LS_TYPE_F16: return g8_f16;
     case LS_TYPE_BF16: return g8_bf16;
-    case LS_TYPE_Q4_0: return g8_q4_0;
     case LS_TYPE_Q4_1: return g8_q4_1;
-    case LS_TYPE_Q5_0: return g8_q5_0;
     case LS_TYPE_Q5_1: return g8_q5_1;
-    case LS_TYPE_Q8_0: return g8_q8_0;
     case LS_TYPE_Q4_K: return g8_q4_k;
     case LS_TYPE_Q5_K: return g8_q5_k;
     case LS_TYPE_Q6_K: return g8_q6_k;
@@ -602,6 +770,10 @@ ls_vec_dot_fn ls_vec_dot_avx2_get(ls_type wt) {
     return NULL;
 }
 ls_gemm8_fn ls_gemm8_avx2_get(ls_type wt) {
+    (void)wt;
+    return NULL;
+}
+ls_tile_fn ls_tile_avx2_get(ls_type wt) {
     (void)wt;
     return NULL;
 }

@@ -1,9 +1,14 @@
 /* Scalar reference dot products, one per weight type: the definition of each kernel's
  * reduction order, which the AVX2 kernels (vec_dot_avx2.c) reproduce bit for bit.
  *
- * Quantized types: per block an exact integer dot product (order-free), then ONE float
- * accumulator updated in block order with a fixed sequence of float operations:
- *   Q4_0, Q5_0, Q8_0:  acc = fmaf(d_w * d_a, (float)isum, acc)
+ * Q4_0, Q5_0, Q8_0 (signed 32-element blocks): TWO float accumulators, one per half
+ * block, each updated in block order; the halves are added once at the end:
+ *   s = d_w * d_a; lo = exact sum of elements 0..15, hi = exact sum of elements 16..31;
+ *   acc0 = fmaf(s, (float)lo, acc0); acc1 = fmaf(s, (float)hi, acc1); result acc0 + acc1.
+ * (The AVX2 tile kernels keep acc0/acc1 in two lanes of a register shared by four
+ * (row, activation) pairs, so no horizontal sum is needed per block.)
+ * Other quantized types: per block an exact integer dot product (order-free), then ONE
+ * float accumulator updated in block order with a fixed sequence of float operations:
  *   Q4_1, Q5_1:        acc = fmaf(d_w * d_a, (float)isum, acc);
  *                      acc = fmaf(m_w * d_a, (float)asum, acc)      asum = sum of q_a
  *   Q4_K, Q5_K:        acc = fmaf(d_w * d_a, (float)isum, acc);     isum = sum_j sc_j * dot_j
@@ -27,16 +32,18 @@ static float vd_bf16(int64_t k, const void *w, const void *a) { return ls_dot_bf
 static float vd_q4_0(int64_t k, const void *w, const void *a) {
     const ls_block_q4_0 *x = w;
     const ls_block_q8_0 *y = a;
-    float acc = 0.0f;
+    float acc0 = 0.0f, acc1 = 0.0f;
     for (int64_t b = 0; b < k / LS_QK8_0; b++) {
-        int32_t isum = 0;
+        int32_t lo = 0, hi = 0;
         for (int j = 0; j < 16; j++) {
-            isum += ((x[b].qs[j] & 15) - 8) * y[b].qs[j];
-            isum += ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + 16];
+            lo += ((x[b].qs[j] & 15) - 8) * y[b].qs[j];
+            hi += ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + 16];
         }
-        acc = fmaf(ls_f16_to_f32(x[b].d) * ls_f16_to_f32(y[b].d), (float)isum, acc);
+        const float s = ls_f16_to_f32(x[b].d) * ls_f16_to_f32(y[b].d);
+        acc0 = fmaf(s, (float)lo, acc0);
+        acc1 = fmaf(s, (float)hi, acc1);
     }
-    return acc;
+    return acc0 + acc1;
 }
 
 static float vd_q4_1(int64_t k, const void *w, const void *a) {
@@ -64,18 +71,21 @@ static inline uint32_t vd_qh32(const uint8_t qh[4]) {
 static float vd_q5_0(int64_t k, const void *w, const void *a) {
     const ls_block_q5_0 *x = w;
     const ls_block_q8_0 *y = a;
-    float acc = 0.0f;
+    float acc0 = 0.0f, acc1 = 0.0f;
     for (int64_t b = 0; b < k / LS_QK8_0; b++) {
         const uint32_t qh = vd_qh32(x[b].qh);
-        int32_t isum = 0;
+        int32_t slo = 0, shi = 0;
         for (int j = 0; j < 16; j++) {
             const int lo = ((x[b].qs[j] & 15) | (int)(((qh >> j) & 1) << 4)) - 16;
             const int hi = ((x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4)) - 16;
-            isum += lo * y[b].qs[j] + hi * y[b].qs[j + 16];
+            slo += lo * y[b].qs[j];
+            shi += hi * y[b].qs[j + 16];
         }
-        acc = fmaf(ls_f16_to_f32(x[b].d) * ls_f16_to_f32(y[b].d), (float)isum, acc);
+        const float s = ls_f16_to_f32(x[b].d) * ls_f16_to_f32(y[b].d);
+        acc0 = fmaf(s, (float)slo, acc0);
+        acc1 = fmaf(s, (float)shi, acc1);
     }
-    return acc;
+    return acc0 + acc1;
 }
 
 static float vd_q5_1(int64_t k, const void *w, const void *a) {
@@ -101,13 +111,18 @@ static float vd_q5_1(int64_t k, const void *w, const void *a) {
 static float vd_q8_0(int64_t k, const void *w, const void *a) {
     const ls_block_q8_0 *x = w;
     const ls_block_q8_0 *y = a;
-    float acc = 0.0f;
+    float acc0 = 0.0f, acc1 = 0.0f;
     for (int64_t b = 0; b < k / LS_QK8_0; b++) {
-        int32_t isum = 0;
-        for (int j = 0; j < 32; j++) isum += x[b].qs[j] * y[b].qs[j];
-        acc = fmaf(ls_f16_to_f32(x[b].d) * ls_f16_to_f32(y[b].d), (float)isum, acc);
+        int32_t lo = 0, hi = 0;
+        for (int j = 0; j < 16; j++) {
+            lo += x[b].qs[j] * y[b].qs[j];
+            hi += x[b].qs[j + 16] * y[b].qs[j + 16];
+        }
+        const float s = ls_f16_to_f32(x[b].d) * ls_f16_to_f32(y[b].d);
+        acc0 = fmaf(s, (float)lo, acc0);
+        acc1 = fmaf(s, (float)hi, acc1);
     }
-    return acc;
+    return acc0 + acc1;
 }
 
 /* ---- K-quants (act: Q8_K) ---- */
