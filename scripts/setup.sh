@@ -20,6 +20,10 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
+# Python packages the server tests use (the official OpenAI client) and the reference scripts.
+python3 -c "import pytest, openai" 2>/dev/null || python3 -m pip install -q pytest openai \
+  || python3 -m pip install -q --break-system-packages pytest openai
+
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/lockstep"
 MODEL="$CACHE/gemma-3-270m-q4_k_m.gguf"
 SUMFILE="$ROOT/models/gemma-3-270m-q4_k_m.gguf.sha256"

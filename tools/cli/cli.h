@@ -36,5 +36,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
+int cmd_serve(int argc, char **argv); /* tools/server/cmd_serve.c */
 
 #endif

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "  logits    dump float32 logits      (lockstep logits -h)\n"
             "  bench     prefill/decode tok/s     (lockstep bench -h)\n"
             "  probe     exactness probe          (lockstep probe -h)\n"
+            "  serve     OpenAI-compatible server (lockstep serve -h)\n"
             "  version   print the version\n");
 }
 
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "probe")) return cmd_probe(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("lockstep %s (%s)\n", ls_version(), ls_backend_name());
         return CLI_OK;

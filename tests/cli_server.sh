@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# End-to-end tests of `lockstep serve`: starts the server (--parallel 2, -c 2048) on a free
+# loopback port with the default model, waits for /health 200, runs tests/server/test_server.py
+# (pytest + the openai client; it starts its own extra servers for --draft ngram and
+# --api-key), and always kills every server it started. Exit 77 (skip) when the model or the
+# python packages are missing. Also checks `serve` flag errors (exit 2), model-less.
+set -uo pipefail
+CLI=${LOCKSTEP_CLI:?}
+HERE=$(cd "$(dirname "$0")" && pwd)
+MODEL=${LOCKSTEP_MODEL:-$HOME/.cache/lockstep/gemma-3-270m-q4_k_m.gguf}
+PY=${PYTHON:-python3}
+
+fail=0
+for args in "--port 70000" "--parallel 0" "--draft telepathy" "--draft model" "--host ::1 --port 0" "--bogus"; do
+  # shellcheck disable=SC2086
+  "$CLI" serve -m /nonexistent $args >/dev/null 2>&1; rc=$?
+  want=2; [ "$args" = "--host ::1 --port 0" ] && want=1
+  if [ "$rc" -ne "$want" ]; then echo "FAIL: serve $args -> rc=$rc (want $want)"; fail=1; fi
+done
+"$CLI" serve -m /nonexistent --port 0 >/dev/null 2>&1; rc=$?
+if [ "$rc" -ne 1 ]; then echo "FAIL: serve with a missing model -> rc=$rc (want 1)"; fail=1; fi
+[ "$fail" -eq 0 ] || exit 1
+
+if [ ! -f "$MODEL" ]; then echo "skip: model $MODEL not found (bash scripts/setup.sh)"; exit 77; fi
+if ! "$PY" -c "import pytest, openai" 2>/dev/null; then
+  echo "skip: python packages pytest and openai are needed (pip install pytest openai)"; exit 77
+fi
+
+LOG=$(mktemp /tmp/lockstep-serve.XXXXXX)
+PID=
+cleanup() {
+  if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
+    kill -TERM "$PID" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$PID" 2>/dev/null
+  fi
+  rm -f "$LOG"
+}
+trap cleanup EXIT INT TERM
+
+CTX=2048
+"$CLI" serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 2 -c $CTX --timeout 120 >"$LOG" 2>&1 &
+PID=$!
+URL=
+for _ in $(seq 600); do # <= 60 s
+  kill -0 "$PID" 2>/dev/null || { echo "FAIL: server exited:"; cat "$LOG"; exit 1; }
+  [ -z "$URL" ] && URL=$(grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$LOG" | head -1 | sed 's/^listening on //')
+  if [ -n "$URL" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; then break; fi
+  sleep 0.1
+done
+if [ -z "$URL" ] || [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" != 200 ]; then
+  echo "FAIL: server not healthy within 60 s:"; cat "$LOG"; exit 1
+fi
+echo "server: $URL"
+
+LOCKSTEP_SERVER_URL=$URL LOCKSTEP_SERVER_CTX=$CTX LOCKSTEP_MODEL=$MODEL LOCKSTEP_CLI=$CLI \
+  timeout 900 "$PY" -m pytest -q -x -p no:cacheprovider "$HERE/server/test_server.py" "$@"
+rc=$?
+
+# The main server must still be alive and shut down cleanly on SIGTERM with exit 0.
+if ! kill -0 "$PID" 2>/dev/null; then echo "FAIL: server died during the tests:"; tail -50 "$LOG"; rc=1; fi
+kill -TERM "$PID" 2>/dev/null
+src=
+for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$PID" 2>/dev/null; then echo "FAIL: server ignored SIGTERM for 10 s"; rc=1; else wait "$PID"; src=$?; fi
+if [ -n "$src" ] && [ "$src" -ne 0 ]; then echo "FAIL: server exit status $src after SIGTERM"; tail -20 "$LOG"; rc=1; fi
+PID=
+exit $rc

@@ -1,0 +1,24 @@
+# Server-side fuzz target and unit tests. tests/fuzz/regression.cmake already turns
+# tests/fuzz/fuzz_request.c + corpus/request/ into the fuzz_request_regression test (and
+# tests/fuzz/CMakeLists.txt into the libFuzzer target fuzz_request under LS_FUZZ), and
+# tests/CMakeLists.txt turns tests/test_server_*.c into cmocka tests; those generic rules link
+# only `lockstep`, so this adds the server library (src/server: request parsing, stop
+# sequences; cJSON). Included from the top-level CMakeLists.txt after the test directories,
+# so it covers both builds (linking a target of another directory needs CMP0079, CMake 3.13+).
+set(LS_SERVER_TEST_TARGETS fuzz_request_regression fuzz_request)
+file(GLOB LS_SERVER_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_server_*.c)
+foreach(src ${LS_SERVER_UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  list(APPEND LS_SERVER_TEST_TARGETS ${name})
+endforeach()
+foreach(t ${LS_SERVER_TEST_TARGETS})
+  if(TARGET ${t})
+    target_link_libraries(${t} PRIVATE lockstep_server)
+  endif()
+endforeach()
+# In the libFuzzer build (LS_FUZZ, tests/fuzz/CMakeLists.txt) the parser must carry coverage
+# instrumentation and the sanitizers, like the core library does there.
+if(LS_FUZZ AND TARGET lockstep_server)
+  target_compile_options(lockstep_server PRIVATE -fsanitize=fuzzer-no-link -fsanitize=address,undefined
+                         -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+endif()

@@ -1,0 +1,181 @@
+/* Server request validation (src/server/request.c) and stop-sequence detection across chunk
+ * boundaries (src/server/stop.c): pure functions, no model needed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server/request.h"
+#include "server/stop.h"
+
+static int parse(lsr_kind k, const char *json, lsr_request *r, lsr_error *e) {
+    return lsr_parse(k, json, strlen(json), r, e);
+}
+
+static void expect_error(lsr_kind k, const char *json, int status, const char *param) {
+    lsr_request r;
+    lsr_error e;
+    assert_int_equal(parse(k, json, &r, &e), -1);
+    assert_int_equal(e.status, status);
+    assert_string_equal(e.param, param);
+    assert_true(e.message[0] != 0);
+}
+
+static void test_valid_chat(void **state) {
+    (void)state;
+    lsr_request r;
+    lsr_error e;
+    const char *j = "{\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
+                    "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
+                    "\"max_completion_tokens\":7,\"temperature\":0,\"seed\":-1,\"stop\":\"x\",\"stream\":true,"
+                    "\"stream_options\":{\"include_usage\":true},\"unknown\":{\"any\":[1]},\"n\":1,\"top_p\":null}";
+    assert_int_equal(parse(LSR_CHAT, j, &r, &e), 0);
+    assert_int_equal(r.n_messages, 2);
+    assert_string_equal(r.messages[0].role, "system");
+    assert_string_equal(r.messages[1].content, "ab");
+    assert_int_equal(r.max_tokens, 7);
+    assert_true(r.temperature_set && r.temperature == 0.0f);
+    assert_false(r.top_p_set);
+    assert_true(r.seed_set && r.seed == UINT64_MAX);
+    assert_int_equal(r.n_stop, 1);
+    assert_true(r.stream && r.include_usage);
+    lsr_request_free(&r);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    expect_error(LSR_CHAT, "{\"messages\":[", 400, "");
+    expect_error(LSR_CHAT, "", 400, "");
+    expect_error(LSR_CHAT, "[]", 400, "");
+    expect_error(LSR_CHAT, "{} x", 400, "");
+    expect_error(LSR_CHAT, "{}", 400, "messages");
+    expect_error(LSR_CHAT, "{\"messages\":[]}", 400, "messages");
+    expect_error(LSR_CHAT, "{\"messages\":\"hi\"}", 400, "messages");
+    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", 400, "messages[0].role");
+    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content");
+    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
+    const char *u = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
+    char buf[256];
+#define E(extra, param)                                                                                                \
+    do {                                                                                                               \
+        snprintf(buf, sizeof buf, "%s%s}", u, extra);                                                                  \
+        expect_error(LSR_CHAT, buf, 400, param);                                                                       \
+    } while (0)
+    E("\"max_tokens\":0", "max_tokens");
+    E("\"max_tokens\":-3", "max_tokens");
+    E("\"max_tokens\":2.5", "max_tokens");
+    E("\"max_tokens\":\"10\"", "max_tokens");
+    E("\"max_tokens\":1e30", "max_tokens");
+    E("\"temperature\":3", "temperature");
+    E("\"temperature\":\"hot\"", "temperature");
+    E("\"top_p\":1.5", "top_p");
+    E("\"n\":2", "n");
+    E("\"stop\":5", "stop");
+    E("\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]", "stop");
+    E("\"stream\":\"yes\"", "stream");
+    E("\"stream_options\":{\"include_usage\":1}", "stream_options.include_usage");
+    E("\"seed\":0.5", "seed");
+#undef E
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"\"}", 400, "prompt");
+    expect_error(LSR_COMPLETION, "{\"prompt\":[1,2]}", 400, "prompt");
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"\xff\"}", 400, "prompt");
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "prompt"); /* encoded surrogate */
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"\xc0\xaf\"}", 400, "prompt");     /* overlong */
+}
+
+static void test_tokenize_parsers(void **state) {
+    (void)state;
+    lsr_tokenize t;
+    lsr_detokenize d;
+    lsr_error e;
+    const char *a = "{\"content\":\"hi\",\"add_special\":true}";
+    assert_int_equal(lsr_parse_tokenize(a, strlen(a), &t, &e), 0);
+    assert_string_equal(t.content, "hi");
+    assert_true(t.add_special && t.parse_special);
+    lsr_tokenize_free(&t);
+    const char *b = "{\"content\":3}";
+    assert_int_equal(lsr_parse_tokenize(b, strlen(b), &t, &e), -1);
+    assert_int_equal(e.status, 400);
+    const char *c = "{\"tokens\":[1,2,3]}";
+    assert_int_equal(lsr_parse_detokenize(c, strlen(c), &d, &e), 0);
+    assert_int_equal(d.n_tokens, 3);
+    assert_int_equal(d.tokens[2], 3);
+    lsr_detokenize_free(&d);
+    const char *f = "{\"tokens\":[1,-2]}";
+    assert_int_equal(lsr_parse_detokenize(f, strlen(f), &d, &e), -1);
+    assert_string_equal(e.param, "tokens");
+}
+
+/* Feed `chunks` one by one; return what was released (sent) and whether a stop hit. */
+static void run_stop(const char *const *chunks, int n, char *const *stops, int n_stop, char *out, bool *hit) {
+    lss_stopbuf b;
+    lss_stop_init(&b);
+    size_t sent = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(lss_stop_append(&b, chunks[i], strlen(chunks[i]), stops, n_stop), 0);
+        assert_true(b.sent >= sent && b.sent <= b.len);
+        strncat(out, b.text + sent, b.sent - sent);
+        sent = b.sent;
+        if (b.hit) break;
+    }
+    if (!b.hit) lss_stop_finish(&b);
+    strncat(out, b.text + sent, b.sent - sent);
+    *hit = b.hit;
+    lss_stop_free(&b);
+}
+
+static void test_stop_across_chunks(void **state) {
+    (void)state;
+    char out[256];
+    bool hit;
+    char *stops[] = {"END", "\n\n"};
+    const char *c1[] = {"Hello E", "N", "D tail"};
+    run_stop(c1, 3, stops, 2, out, &hit);
+    assert_true(hit);
+    assert_string_equal(out, "Hello ");
+    const char *c2[] = {"a\n", "\nb"};
+    run_stop(c2, 2, stops, 2, out, &hit);
+    assert_true(hit);
+    assert_string_equal(out, "a");
+    const char *c3[] = {"EN", "d E", "N"}; /* near misses are released, the partial tail at the end too */
+    run_stop(c3, 3, stops, 2, out, &hit);
+    assert_false(hit);
+    assert_string_equal(out, "ENd EN");
+    const char *c4[] = {"xx", "END"}; /* earliest match wins even when two stops match */
+    char *stops2[] = {"D", "EN"};
+    run_stop(c4, 2, stops2, 2, out, &hit);
+    assert_true(hit);
+    assert_string_equal(out, "xx");
+    const char *c5[] = {"no stops at all"};
+    run_stop(c5, 1, NULL, 0, out, &hit);
+    assert_false(hit);
+    assert_string_equal(out, "no stops at all");
+}
+
+static void test_stop_holds_back_only_prefixes(void **state) {
+    (void)state;
+    lss_stopbuf b;
+    lss_stop_init(&b);
+    char *stops[] = {"<end>"};
+    assert_int_equal(lss_stop_append(&b, "abc<e", 5, stops, 1), 0);
+    assert_int_equal(b.sent, 3); /* "<e" might start "<end>" */
+    assert_int_equal(lss_stop_append(&b, "x", 1, stops, 1), 0);
+    assert_int_equal(b.sent, 6); /* no longer a prefix: released */
+    lss_stop_free(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_chat),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_tokenize_parsers),
+        cmocka_unit_test(test_stop_across_chunks),
+        cmocka_unit_test(test_stop_holds_back_only_prefixes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

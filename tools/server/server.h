@@ -1,0 +1,104 @@
+/* lockstep serve: internal interfaces between the HTTP front end (http.c), the scheduler and
+ * slot workers (slots.c) and the command (cmd_serve.c). Uses only include/lockstep.h from
+ * the engine. */
+#ifndef LS_SERVER_H
+#define LS_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lockstep.h"
+#include "request.h"
+#include "stop.h"
+
+typedef struct srv_config {
+    const char *model_path, *host, *api_key, *draft_kind, *draft_path, *alias;
+    int port, parallel, n_ctx, n_threads, block_size, timeout_s, queue_cap;
+    bool allow_inexact;
+} srv_config;
+
+/* One request's life: created by the connection thread, run by a slot worker. Reference
+ * counted (connection + worker); the mutex guards everything the two sides share. */
+typedef struct srv_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    struct srv_job *next; /* queue link */
+    lsr_request req;
+    int32_t *prompt;
+    int32_t n_prompt;
+    char id[64];
+    long long created;
+    int fd;               /* client socket, for disconnect checks (-1 unknown) */
+    double deadline_ms;   /* monotonic; generation stops (finish "length") past it */
+    /* results */
+    lss_stopbuf text;
+    char *out;            /* streaming: SSE bytes not yet read by the connection */
+    size_t out_len, out_cap, out_read;
+    bool done, cancel, timed_out;
+    int status;           /* 0 ok, else HTTP status of a failure */
+    char errmsg[256];
+    ls_gen_stats stats;
+    const char *finish_reason;
+} srv_job;
+
+typedef struct srv_slot {
+    struct srv_server *srv;
+    int index;
+    ls_session *session;
+    ls_drafter *drafter;
+    pthread_t thread;
+    bool started;
+} srv_slot;
+
+typedef struct srv_server {
+    srv_config cfg;
+    ls_model *model, *draft_model;
+    char model_id[256];
+    int32_t n_vocab, n_ctx;
+    srv_slot *slots;
+    int n_slots;
+    atomic_bool ready, stopping;
+    /* queue + metrics, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_job *qhead, *qtail;
+    int qlen, active;
+    unsigned long long req_by_status[600];
+    unsigned long long prompt_tokens, generated_tokens, cancelled, spec_requests, spec_rounds, spec_drafted,
+        spec_accepted, spec_declined;
+    char spec_state[64];   /* "off", "probing", "passed", "declined", "inexact" */
+    char spec_detail[256];
+    unsigned long long seq;
+} srv_server;
+
+/* slots.c */
+int srv_slots_start(srv_server *s, char *err, size_t errlen);
+void srv_slots_stop(srv_server *s); /* after `stopping` is set: drains the queue, joins */
+void srv_warmup_probe(srv_server *s);
+srv_job *srv_job_new(void);
+void srv_job_release(srv_job *j);
+/* 0 queued; -1 queue full (503); -2 shutting down. Takes a reference for the worker. */
+int srv_submit(srv_server *s, srv_job *j);
+/* Append bytes to a job's SSE output (caller holds j->mu). */
+int srv_job_out(srv_job *j, const char *s, size_t n);
+/* SSE event with the JSON of a chunk (caller holds j->mu). Frees `obj`. */
+struct cJSON;
+int srv_job_out_json(srv_job *j, struct cJSON *obj);
+struct cJSON *srv_chunk(const srv_server *s, const srv_job *j, const char *text, size_t n, const char *finish,
+                        bool role);
+struct cJSON *srv_usage_json(const ls_gen_stats *st);
+struct cJSON *srv_timings_json(const ls_gen_stats *st);
+double srv_now_ms(void);
+
+/* http.c */
+int srv_http_start(srv_server *s, char *err, size_t errlen);
+void srv_http_quiesce(srv_server *s);
+void srv_http_stop(srv_server *s);
+int srv_http_port(void);
+
+int cmd_serve(int argc, char **argv);
+
+#endif

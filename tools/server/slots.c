@@ -1,0 +1,397 @@
+/* lockstep serve: the bounded request queue and the slot workers. Each slot owns one
+ * ls_session (and its own drafter) and runs one request at a time on its own thread, so
+ * requests on different slots proceed concurrently. Output never depends on the schedule:
+ * the kernels are batch- and thread-count-invariant and sampling is keyed on (seed,
+ * position). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "server.h"
+
+double srv_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+srv_job *srv_job_new(void) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->fd = -1;
+    lss_stop_init(&j->text);
+    return j;
+}
+
+void srv_job_release(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left > 0) return;
+    lsr_request_free(&j->req);
+    free(j->prompt);
+    free(j->out);
+    lss_stop_free(&j->text);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+int srv_job_out(srv_job *j, const char *s, size_t n) {
+    if (j->out_len + n > j->out_cap) {
+        size_t cap = j->out_cap ? j->out_cap : 1024;
+        while (cap < j->out_len + n) cap *= 2;
+        char *o = realloc(j->out, cap);
+        if (!o) return -1;
+        j->out = o;
+        j->out_cap = cap;
+    }
+    memcpy(j->out + j->out_len, s, n);
+    j->out_len += n;
+    return 0;
+}
+
+int srv_job_out_json(srv_job *j, cJSON *obj) {
+    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!s) return -1;
+    int rc = srv_job_out(j, "data: ", 6);
+    if (!rc) rc = srv_job_out(j, s, strlen(s));
+    if (!rc) rc = srv_job_out(j, "\n\n", 2);
+    cJSON_free(s);
+    return rc;
+}
+
+cJSON *srv_usage_json(const ls_gen_stats *st) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", st->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", st->n_generated);
+    cJSON_AddNumberToObject(u, "total_tokens", st->n_prompt + st->n_generated);
+    return u;
+}
+
+cJSON *srv_timings_json(const ls_gen_stats *st) {
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "prompt_n", st->n_prompt);
+    cJSON_AddNumberToObject(t, "prompt_ms", st->prefill_ms);
+    cJSON_AddNumberToObject(t, "prompt_per_second", st->prefill_ms > 0 ? st->n_prompt * 1e3 / st->prefill_ms : 0);
+    cJSON_AddNumberToObject(t, "predicted_n", st->n_generated);
+    cJSON_AddNumberToObject(t, "predicted_ms", st->decode_ms);
+    cJSON_AddNumberToObject(t, "predicted_per_second",
+                            st->decode_ms > 0 ? st->n_generated * 1e3 / st->decode_ms : 0);
+    cJSON_AddNumberToObject(t, "draft_n", (double)st->proposed);
+    cJSON_AddNumberToObject(t, "draft_n_accepted", (double)st->accepted);
+    return t;
+}
+
+/* One streaming chunk: chat.completion.chunk (delta) or text_completion (text). */
+cJSON *srv_chunk(const srv_server *s, const srv_job *j, const char *text, size_t n, const char *finish, bool role) {
+    bool chat = j->req.kind == LSR_CHAT;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object", chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", s->model_id);
+    cJSON_AddStringToObject(o, "system_fingerprint", ls_backend_name());
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *t = malloc(n + 1);
+    if (t) {
+        memcpy(t, text ? text : "", n);
+        t[n] = 0;
+    }
+    if (chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (role || n > 0) cJSON_AddStringToObject(d, "content", t ? t : "");
+    } else {
+        cJSON_AddStringToObject(c, "text", t ? t : "");
+    }
+    free(t);
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    return o;
+}
+
+int srv_submit(srv_server *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    if (atomic_load(&s->stopping)) {
+        pthread_mutex_unlock(&s->mu);
+        return -2;
+    }
+    if (s->qlen >= s->cfg.queue_cap) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    j->next = NULL;
+    if (s->qtail) s->qtail->next = j;
+    else s->qhead = j;
+    s->qtail = j;
+    s->qlen++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+typedef struct {
+    srv_server *s;
+    srv_job *j;
+} gen_ctx;
+
+/* The text callback: stop sequences, cancellation (client gone, shutdown), deadline. */
+static bool on_text(const char *text, size_t len, void *ud) {
+    gen_ctx *g = ud;
+    srv_job *j = g->j;
+    pthread_mutex_lock(&j->mu);
+    bool go = !j->cancel && !atomic_load(&g->s->stopping);
+    if (go && srv_now_ms() > j->deadline_ms) {
+        j->timed_out = true;
+        go = false;
+    }
+    if (go) {
+        size_t before = j->text.sent;
+        if (lss_stop_append(&j->text, text, len, j->req.stop, j->req.n_stop) != 0) {
+            j->status = 500;
+            snprintf(j->errmsg, sizeof j->errmsg, "out of memory");
+            go = false;
+        } else {
+            if (j->req.stream && j->text.sent > before) {
+                srv_job_out_json(j, srv_chunk(g->s, j, j->text.text + before, j->text.sent - before, NULL, false));
+                pthread_cond_broadcast(&j->cv);
+            }
+            if (j->text.hit) go = false;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return go;
+}
+
+static void run_job(srv_slot *slot, srv_job *j) {
+    srv_server *s = slot->srv;
+    ls_gen_params gp = ls_gen_default_params();
+    const lsr_request *r = &j->req;
+    if (r->temperature_set) gp.sampling.temperature = r->temperature;
+    if (r->top_p_set) gp.sampling.top_p = r->top_p;
+    if (r->top_k_set) gp.sampling.top_k = r->top_k;
+    if (r->min_p_set) gp.sampling.min_p = r->min_p;
+    if (r->repeat_penalty_set) gp.sampling.repeat_penalty = r->repeat_penalty;
+    gp.sampling.presence_penalty = r->presence_penalty;
+    gp.sampling.frequency_penalty = r->frequency_penalty;
+    if (r->seed_set) {
+        gp.sampling.seed = r->seed;
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gp.sampling.seed = ((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20)) * 0x9E3779B97F4A7C15ull +
+                           (uint64_t)(uintptr_t)j;
+    }
+    gp.n_predict = r->max_tokens >= 0 ? r->max_tokens : -1;
+    gp.drafter = slot->drafter;
+    gp.block_size = s->cfg.block_size;
+    gp.allow_inexact = s->cfg.allow_inexact;
+
+    gen_ctx g = {s, j};
+    ls_gen_stats st;
+    memset(&st, 0, sizeof st);
+    char err[512] = "";
+    int rc = LS_OK;
+    pthread_mutex_lock(&j->mu);
+    bool skip = j->cancel || atomic_load(&s->stopping);
+    pthread_mutex_unlock(&j->mu);
+    if (skip) {
+        rc = LS_ERR;
+        snprintf(err, sizeof err, "server shutting down or request cancelled");
+    } else {
+        rc = ls_generate(slot->session, j->prompt, j->n_prompt, &gp, on_text, &g, &st, err, sizeof err);
+    }
+    pthread_mutex_lock(&j->mu);
+    j->stats = st;
+    if (rc != LS_OK && !j->status) {
+        j->status = skip ? 503 : 500;
+        snprintf(j->errmsg, sizeof j->errmsg, "%.200s", err);
+    }
+    if (!j->text.hit) lss_stop_finish(&j->text);
+    const char *sr = st.stop_reason ? st.stop_reason : "length";
+    j->finish_reason = j->text.hit || !strcmp(sr, "eos") ? "stop" : "length";
+    bool cancelled = j->cancel || atomic_load(&s->stopping);
+    if (j->req.stream) {
+        /* What the stop buffer held back, then the final chunk(s) and [DONE]. */
+        if (j->status) {
+            cJSON *e = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(e, "error");
+            cJSON_AddStringToObject(eo, "message", j->errmsg);
+            cJSON_AddStringToObject(eo, "type", "server_error");
+            cJSON_AddNullToObject(eo, "param");
+            cJSON_AddNullToObject(eo, "code");
+            srv_job_out_json(j, e);
+        } else {
+            cJSON *fin = srv_chunk(s, j, NULL, 0, j->finish_reason, false);
+            cJSON_AddItemToObject(fin, "timings", srv_timings_json(&st));
+            srv_job_out_json(j, fin);
+            if (j->req.include_usage) {
+                cJSON *u = srv_chunk(s, j, NULL, 0, NULL, false);
+                cJSON_DeleteItemFromObject(u, "choices");
+                cJSON_AddArrayToObject(u, "choices");
+                cJSON_AddItemToObject(u, "usage", srv_usage_json(&st));
+                srv_job_out_json(j, u);
+            }
+        }
+        srv_job_out(j, "data: [DONE]\n\n", 14);
+    }
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+
+    pthread_mutex_lock(&s->mu);
+    s->prompt_tokens += (unsigned long long)st.n_prompt;
+    s->generated_tokens += (unsigned long long)st.n_generated;
+    if (cancelled) s->cancelled++;
+    if (gp.drafter && rc == LS_OK) {
+        s->spec_requests++;
+        s->spec_rounds += (unsigned long long)st.rounds;
+        s->spec_drafted += (unsigned long long)st.proposed;
+        s->spec_accepted += (unsigned long long)st.accepted;
+        if (st.spec_declined) {
+            s->spec_declined++;
+            snprintf(s->spec_state, sizeof s->spec_state, "declined");
+            snprintf(s->spec_detail, sizeof s->spec_detail, "%s (last request)", st.spec_declined);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *worker(void *arg) {
+    srv_slot *slot = arg;
+    srv_server *s = slot->srv;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->qhead && !atomic_load(&s->stopping)) pthread_cond_wait(&s->cv, &s->mu);
+        srv_job *j = s->qhead;
+        if (!j) { /* stopping and the queue is drained */
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        s->qhead = j->next;
+        if (!s->qhead) s->qtail = NULL;
+        s->qlen--;
+        s->active++;
+        pthread_mutex_unlock(&s->mu);
+        run_job(slot, j);
+        pthread_mutex_lock(&s->mu);
+        s->active--;
+        pthread_mutex_unlock(&s->mu);
+        srv_job_release(j);
+    }
+    return NULL;
+}
+
+int srv_slots_start(srv_server *s, char *err, size_t errlen) {
+    s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+    if (!s->slots) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        sl->srv = s;
+        sl->index = i;
+        ls_session_params sp = ls_session_default_params();
+        sp.n_ctx = s->cfg.n_ctx;
+        sp.n_threads = s->cfg.n_threads;
+        char e[512];
+        if (ls_session_create(s->model, &sp, &sl->session, e, sizeof e) != LS_OK) {
+            snprintf(err, errlen, "slot %d of %d: %s (try a smaller -c or --parallel)", i + 1, s->n_slots, e);
+            return -1;
+        }
+        s->n_ctx = ls_session_n_ctx(sl->session);
+        if (s->cfg.draft_kind && !strcmp(s->cfg.draft_kind, "ngram")) {
+            if (ls_drafter_ngram_create(1, 3, &sl->drafter, e, sizeof e) != LS_OK) {
+                snprintf(err, errlen, "drafter: %s", e);
+                return -1;
+            }
+        } else if (s->cfg.draft_kind) {
+            if (ls_drafter_model_create(s->draft_model, s->model, s->n_ctx, s->cfg.n_threads, &sl->drafter, e,
+                                        sizeof e) != LS_OK) {
+                snprintf(err, errlen, "draft model (slot %d): %s", i + 1, e);
+                return -1;
+            }
+        }
+    }
+    for (int i = 0; i < s->n_slots; i++) {
+        if (pthread_create(&s->slots[i].thread, NULL, worker, &s->slots[i]) != 0) {
+            snprintf(err, errlen, "cannot start slot thread %d", i + 1);
+            return -1;
+        }
+        s->slots[i].started = true;
+    }
+    return 0;
+}
+
+void srv_slots_stop(srv_server *s) {
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; s->slots && i < s->n_slots; i++)
+        if (s->slots[i].started) pthread_join(s->slots[i].thread, NULL);
+    for (int i = 0; s->slots && i < s->n_slots; i++) {
+        ls_drafter_free(s->slots[i].drafter);
+        ls_session_free(s->slots[i].session);
+    }
+    free(s->slots);
+    s->slots = NULL;
+}
+
+static bool sink(const char *text, size_t len, void *ud) {
+    (void)text, (void)len, (void)ud;
+    return true;
+}
+
+/* With a drafter: run the engine's exactness probe now (through a one-token speculative
+ * generation on slot 0, before any worker starts), so /health reports its verdict and the
+ * first request does not pay for it. The engine caches the verdict per (model, drafter, K,
+ * threads), which every slot shares. The warm-up never allows inexact speculation, so a
+ * failed probe shows as "declined" even under --allow-inexact (which then serves it anyway). */
+void srv_warmup_probe(srv_server *s) {
+    if (!s->cfg.draft_kind) {
+        snprintf(s->spec_state, sizeof s->spec_state, "off");
+        return;
+    }
+    int32_t ids[64];
+    int64_t n = ls_model_tokenize(s->model, "Hello", 5, true, false, ids, 64);
+    ls_gen_params gp = ls_gen_default_params();
+    gp.n_predict = 1;
+    gp.drafter = s->slots[0].drafter;
+    gp.block_size = s->cfg.block_size;
+    gp.allow_inexact = false;
+    gp.sampling.temperature = 0;
+    ls_gen_stats st;
+    char err[512];
+    int rc = n > 0 && n <= 64 ? ls_generate(s->slots[0].session, ids, (int32_t)n, &gp, sink, NULL, &st, err, sizeof err)
+                              : LS_ERR;
+    pthread_mutex_lock(&s->mu);
+    if (rc != LS_OK) {
+        snprintf(s->spec_state, sizeof s->spec_state, "unknown");
+        snprintf(s->spec_detail, sizeof s->spec_detail, "warm-up failed: %.200s", n <= 0 ? "tokenize" : err);
+    } else if (st.spec_declined) {
+        snprintf(s->spec_state, sizeof s->spec_state, s->cfg.allow_inexact ? "inexact" : "declined");
+        snprintf(s->spec_detail, sizeof s->spec_detail, "%s%s", st.spec_declined,
+                 s->cfg.allow_inexact ? "; speculating anyway (--allow-inexact): output may differ" : "");
+    } else {
+        snprintf(s->spec_state, sizeof s->spec_state, "passed");
+        snprintf(s->spec_detail, sizeof s->spec_detail, "exactness probe passed (K=%d, %.0f ms)", s->cfg.block_size,
+                 st.probe_ms);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
