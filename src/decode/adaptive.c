@@ -66,7 +66,12 @@ int32_t ls_adapt_choose(ls_adapt *a) {
         }
     } else {
         a->explore_every = EXPLORE_MIN;
-        a->next_explore = a->rounds + EXPLORE_MIN;
+        /* Speculating: every EXPLORE_MIN rounds measure one width deeper than the best, so
+         * its real cost and the acceptance of deeper drafts replace the extrapolations. */
+        if (a->rounds >= a->next_explore) {
+            a->next_explore = a->rounds + EXPLORE_MIN;
+            if (best < a->kmax) return a->last = best + 1;
+        }
     }
     return a->last = best;
 }

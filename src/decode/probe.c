@@ -277,7 +277,7 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
                  "%d), %lld logit bytes of verify blocks byte-identical to the single-token chain (threads=%d, "
                  "backend=%s)",
                  k, N_SHORT + 1, N_SHORT, long_len, cfg->sliding_window, (long long)tot_bytes,
-                 opt->n_threads, ls_backend_name());
+                 ls_session_n_threads(s), ls_backend_name());
     } else {
         res->block_row = fail_cr.first_row;
         char where[160];
