@@ -45,6 +45,9 @@ void ls_model_get_info(const ls_model *m, ls_model_info *info);
 /* Returns the number of ids (may exceed cap; call again with a bigger buffer), < 0 on error. */
 int64_t ls_model_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
                     int64_t cap);
+/* Same, into a malloc'ed array sized to fit (*n set); NULL on error. Caller frees. */
+int32_t *ls_model_tokenize_alloc(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special,
+                                 int32_t *n);
 /* Render a chat (roles system/user/assistant) with the model's template + generation prompt;
  * malloc'ed string, caller frees; NULL + err on bad input. */
 typedef struct {
@@ -119,6 +122,9 @@ typedef struct ls_drafter ls_drafter;
 /* Prompt lookup: match the last n tokens (n from n_max down to n_min) in the prompt and the
  * text so far; propose what followed the most recent earlier match. */
 int ls_drafter_ngram_create(int32_t n_min, int32_t n_max, ls_drafter **out, char *err, size_t errlen);
+/* Default n-gram sizes: longer keys disambiguate copies of code and quotes (measured on the
+ * edit benchmark: acceptance 0.66 -> 0.76 going from 1..3 to 1..6). */
+enum { LS_NGRAM_DEFAULT_MIN = 1, LS_NGRAM_DEFAULT_MAX = 6 };
 /* A separate model with the same vocabulary, its own session and KV cache rolled back in
  * step with the target's. Refuses a vocabulary mismatch. n_threads 0 = all cores. */
 int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_ctx, int32_t n_threads,

@@ -1,5 +1,7 @@
 /* Public-API glue for model-level services: tokenizer, chat template, detokenizer,
  * version and backend names. */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -13,6 +15,31 @@ const ls_model *ls_session_model(const ls_session *s) { return s->model; }
 int64_t ls_model_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
                     int64_t cap) {
     return ls_tokenize(m->tok, text, len, add_bos, parse_special, out, cap);
+}
+
+int32_t *ls_model_tokenize_alloc(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special,
+                                 int32_t *n) {
+    /* SentencePiece never makes more tokens than bytes, plus BOS: one pass almost always
+     * suffices; if not, the first pass told us the size. */
+    int64_t cap = (int64_t)len + 16;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids) return NULL;
+    int64_t k = ls_model_tokenize(m, text, len, add_bos, parse_special, ids, cap);
+    if (k > cap) {
+        int32_t *nb = realloc(ids, sizeof(int32_t) * (size_t)k);
+        if (!nb) {
+            free(ids);
+            return NULL;
+        }
+        ids = nb;
+        k = ls_model_tokenize(m, text, len, add_bos, parse_special, ids, k);
+    }
+    if (k < 0 || k > INT32_MAX) {
+        free(ids);
+        return NULL;
+    }
+    *n = (int32_t)k;
+    return ids;
 }
 
 char *ls_chat_apply(const ls_model *m, const ls_message *msgs, int n, char *err, size_t errlen) {

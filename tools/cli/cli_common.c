@@ -111,24 +111,7 @@ bool cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
 }
 
 int32_t *cli_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *n) {
-    int64_t cap = (int64_t)len + 16;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!ids) return NULL;
-    int64_t k = ls_model_tokenize(m, text, len, add_bos, parse_special, ids, cap);
-    if (k > cap) {
-        int32_t *nb = realloc(ids, sizeof(int32_t) * (size_t)k);
-        if (!nb) {
-            free(ids);
-            return NULL;
-        }
-        ids = nb;
-        k = ls_model_tokenize(m, text, len, add_bos, parse_special, ids, k);
-    }
-    if (k < 0 || k > INT32_MAX) {
-        fprintf(stderr, "lockstep: tokenization failed\n");
-        free(ids);
-        return NULL;
-    }
-    *n = (int32_t)k;
+    int32_t *ids = ls_model_tokenize_alloc(m, text, len, add_bos, parse_special, n);
+    if (!ids) fprintf(stderr, "lockstep: tokenization failed\n");
     return ids;
 }

@@ -58,7 +58,7 @@ int cmd_run(int argc, char **argv) {
     ls_gen_params gp = ls_gen_default_params();
     bool chat = false, stats = false, seed_set = false;
     const char *draft_kind = NULL, *draft_path = NULL;
-    int32_t ng_min = 1, ng_max = 3;
+    int32_t ng_min = LS_NGRAM_DEFAULT_MIN, ng_max = LS_NGRAM_DEFAULT_MAX;
     const char *ai = getenv("LOCKSTEP_ALLOW_INEXACT");
     gp.allow_inexact = ai && *ai && strcmp(ai, "0") != 0;
     int32_t n_batch = 0;

@@ -111,26 +111,7 @@ static bool authorized(srv_server *s, struct MHD_Connection *c) {
 }
 
 static int32_t *tokenize(const ls_model *m, const char *text, bool add_bos, bool parse_special, int32_t *n) {
-    size_t len = strlen(text);
-    int64_t cap = (int64_t)len + 16;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!ids) return NULL;
-    int64_t k = ls_model_tokenize(m, text, len, add_bos, parse_special, ids, cap);
-    if (k > cap) {
-        int32_t *nb = realloc(ids, sizeof(int32_t) * (size_t)k);
-        if (!nb) {
-            free(ids);
-            return NULL;
-        }
-        ids = nb;
-        k = ls_model_tokenize(m, text, len, add_bos, parse_special, ids, k);
-    }
-    if (k < 0 || k > INT32_MAX) {
-        free(ids);
-        return NULL;
-    }
-    *n = (int32_t)k;
-    return ids;
+    return ls_model_tokenize_alloc(m, text, strlen(text), add_bos, parse_special, n);
 }
 
 /* ---- endpoints ------------------------------------------------------------------- */

@@ -317,7 +317,7 @@ int srv_slots_start(srv_server *s, char *err, size_t errlen) {
         }
         s->n_ctx = ls_session_n_ctx(sl->session);
         if (s->cfg.draft_kind && !strcmp(s->cfg.draft_kind, "ngram")) {
-            if (ls_drafter_ngram_create(1, 3, &sl->drafter, e, sizeof e) != LS_OK) {
+            if (ls_drafter_ngram_create(LS_NGRAM_DEFAULT_MIN, LS_NGRAM_DEFAULT_MAX, &sl->drafter, e, sizeof e) != LS_OK) {
                 snprintf(err, errlen, "drafter: %s", e);
                 return -1;
             }
