@@ -219,11 +219,13 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
         st.probe_ms = now_ms() - tp;
         if (!pr.passed) {
             if (gp->allow_inexact) {
-                LS_WARN("exactness probe FAILED but --allow-inexact keeps speculation on: output may differ from "
-                        "classic decoding. %s",
-                        pr.message);
+                /* Once per process at WARN (a server would repeat it per request), then DEBUG. */
+                LS_LOG_ONCE(LS_LOG_WARN,
+                            "exactness probe FAILED but --allow-inexact keeps speculation on: output may differ "
+                            "from classic decoding. %s",
+                            pr.message);
             } else {
-                LS_WARN("speculation declined, serving classic decoding: %s", pr.message);
+                LS_LOG_ONCE(LS_LOG_WARN, "speculation declined, serving classic decoding: %s", pr.message);
                 st.spec_declined = "exactness probe failed";
                 spec = false;
             }
