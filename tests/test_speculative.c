@@ -203,10 +203,7 @@ static const output *classic_ref(int threads, int ti) {
     return &refs[threads][ti];
 }
 
-/* Two threads are slow on a loaded 2-core machine (every op hands work to a second
- * thread), so the full block-size sweep runs with one thread for every drafter and with
- * two threads for the truncated-target drafter (partial acceptance, rollbacks of both
- * caches); the other drafters run K = 4 with two threads. */
+/* The full matrix: every drafter x K in {2, 4, 8} x threads {1, 2} x T in {0, 0.8}. */
 static void exact_matrix(drafter_kind dk) {
     static const int32_t ks[] = {2, 4, 8};
     static const float temps[] = {0.0f, 0.8f};
@@ -219,9 +216,7 @@ static void exact_matrix(drafter_kind dk) {
             const output *ref = classic_ref(threads, ti);
             /* the draft model's own thread count does not affect the target's tokens */
             ls_drafter *d = make_drafter(dk, 1, N_CTX);
-            bool full = threads == 1 || dk == D_TRUNC;
             for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
-                if (!full && ks[ki] != 4) continue;
                 char what[128];
                 snprintf(what, sizeof what, "%s K=%d threads=%d T=%.1f", drafter_names[dk], ks[ki], threads, temps[ti]);
                 ls_gen_params gp = params(temps[ti], 42);
