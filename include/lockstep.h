@@ -31,20 +31,20 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen);
 void ls_model_close(ls_model *m);
 
 typedef struct {
-    const char *arch;       /* "gemma3" */
-    const char *name;       /* general.name or "" */
+    const char *arch; /* "gemma3" */
+    const char *name; /* general.name or "" */
     int32_t n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff;
     int32_t n_ctx_train, sliding_window;
-    int64_t n_params;       /* elements over all weight tensors */
-    uint64_t weight_bytes;  /* bytes of all weight tensors */
+    int64_t n_params;      /* elements over all weight tensors */
+    uint64_t weight_bytes; /* bytes of all weight tensors */
 } ls_model_info;
 void ls_model_get_info(const ls_model *m, ls_model_info *info);
 
 /* ---- tokenizer ------------------------------------------------------------------ */
 
 /* Returns the number of ids (may exceed cap; call again with a bigger buffer), < 0 on error. */
-int64_t ls_model_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
-                    int64_t cap);
+int64_t ls_model_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special,
+                          int32_t *out, int64_t cap);
 /* Same, into a malloc'ed array sized to fit (*n set); NULL on error. Caller frees. */
 int32_t *ls_model_tokenize_alloc(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special,
                                  int32_t *n);
@@ -100,14 +100,14 @@ int ls_session_truncate(ls_session *s, int32_t pos);
 /* ---- sampling ------------------------------------------------------------------- */
 
 typedef struct {
-    float temperature;        /* <= 0: greedy */
-    int32_t top_k;            /* <= 0: off */
-    float top_p;              /* >= 1: off */
-    float min_p;              /* <= 0: off */
-    float repeat_penalty;     /* 1: off */
-    int32_t repeat_last_n;    /* window of history the penalties look at; -1 = all */
-    float frequency_penalty;  /* 0: off */
-    float presence_penalty;   /* 0: off */
+    float temperature;       /* <= 0: greedy */
+    int32_t top_k;           /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off */
+    int32_t repeat_last_n;   /* window of history the penalties look at; -1 = all */
+    float frequency_penalty; /* 0: off */
+    float presence_penalty;  /* 0: off */
     uint64_t seed;
 } ls_sampling;
 ls_sampling ls_sampling_default(void);
@@ -127,8 +127,8 @@ int ls_drafter_ngram_create(int32_t n_min, int32_t n_max, ls_drafter **out, char
 enum { LS_NGRAM_DEFAULT_MIN = 1, LS_NGRAM_DEFAULT_MAX = 6 };
 /* A separate model with the same vocabulary, its own session and KV cache rolled back in
  * step with the target's. Refuses a vocabulary mismatch. n_threads 0 = all cores. */
-int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_ctx, int32_t n_threads,
-                            ls_drafter **out, char *err, size_t errlen);
+int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_ctx, int32_t n_threads, ls_drafter **out,
+                            char *err, size_t errlen);
 void ls_drafter_free(ls_drafter *d);
 const char *ls_drafter_name(const ls_drafter *d);
 
@@ -140,12 +140,12 @@ typedef enum {
 /* ---- exactness probe --------------------------------------------------------------- */
 
 typedef struct {
-    int32_t block_size;       /* K, 2..16 */
-    int32_t n_threads;        /* 0 = all cores */
-    bool trace;               /* always localize and log per-layer results */
+    int32_t block_size; /* K, 2..16 */
+    int32_t n_threads;  /* 0 = all cores */
+    bool trace;         /* always localize and log per-layer results */
     /* Test-only fault injection into the verify-block path: perturb sub-op fault_stage
      * ("attention", "mlp", "layer-output", "final-norm", "lm-head") of layer fault_layer. */
-    const char *fault_stage;  /* NULL = off */
+    const char *fault_stage; /* NULL = off */
     int32_t fault_layer;
 } ls_probe_params;
 /* Returns 1 if verify blocks are byte-identical to the single-token chain, 0 if not (msg
@@ -155,16 +155,16 @@ int ls_probe(ls_model *m, const ls_probe_params *p, char *msg, size_t msglen, ch
 /* ---- generation ----------------------------------------------------------------- */
 
 typedef struct {
-    int32_t n_predict;  /* max new tokens; < 0: until EOS or context end */
+    int32_t n_predict; /* max new tokens; < 0: until EOS or context end */
     bool ignore_eos;
     ls_sampling sampling;
     /* Speculative decoding (drafter NULL = classic). */
     ls_drafter *drafter;
-    int32_t block_size;        /* K: verify block rows (bonus + up to K-1 drafts), 2..16 */
-    bool adaptive;             /* adjust K below block_size, or turn speculation off, when it does not pay */
+    int32_t block_size; /* K: verify block rows (bonus + up to K-1 drafts), 2..16 */
+    bool adaptive;      /* adjust K below block_size, or turn speculation off, when it does not pay */
     ls_spec_sampling spec_sampling;
-    bool allow_inexact;        /* keep speculating when the exactness probe fails (loud warning) */
-    bool skip_probe;           /* tests only: do not run the start-up probe */
+    bool allow_inexact; /* keep speculating when the exactness probe fails (loud warning) */
+    bool skip_probe;    /* tests only: do not run the start-up probe */
     /* Optional: called with every emitted token id, in order (before the text callback). */
     void (*on_token)(int32_t id, void *ud);
 } ls_gen_params;

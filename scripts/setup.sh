@@ -10,7 +10,7 @@ ROOT=$(pwd)
 
 need_pkgs=()
 for p in build-essential cmake ninja-build pkg-config libcmocka-dev libcjson-dev libmicrohttpd-dev clang \
-         libclang-rt-14-dev python3 python3-pip unzip curl xz-utils; do
+         libclang-rt-14-dev clang-format python3 python3-pip unzip curl xz-utils; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

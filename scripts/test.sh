@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+echo "== clang-format check"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  clang-format --dry-run --Werror $(git ls-files '*.c' '*.h')
+fi
 echo "== release tests"
 ctest --preset release -j2
 echo "== asan-ubsan build and tests"

@@ -58,8 +58,7 @@ static void fx_put(fx_buf *b, const void *src, size_t n) {
     if (b->oom) return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n)
-            cap *= 2;
+        while (cap < b->n + n) cap *= 2;
         uint8_t *q = realloc(b->p, cap);
         if (!q) {
             b->oom = true;
@@ -222,8 +221,7 @@ static void fx_matrix(fx_tensors *ts, const char *name, ls_type type, int64_t ro
     }
     size_t rb = ls_row_size(type, cols);
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t c = 0; c < cols; c++)
-            row[c] = std * fx_normal(&ts->rng);
+        for (int64_t c = 0; c < cols; c++) row[c] = std * fx_normal(&ts->rng);
         if (ls_quantize_row_ref(type, row, t->data + (size_t)r * rb, cols) != 0) ts->fail = true;
     }
     free(row);
@@ -234,8 +232,7 @@ static void fx_norm(fx_tensors *ts, const char *name, int64_t n, float center, f
     fx_tensor *t = fx_add(ts, name, LS_TYPE_F32, 1, (uint64_t)n, 1);
     if (!t) return;
     float *v = (float *)t->data;
-    for (int64_t i = 0; i < n; i++)
-        v[i] = center + spread * fx_normal(&ts->rng);
+    for (int64_t i = 0; i < n; i++) v[i] = center + spread * fx_normal(&ts->rng);
 }
 
 static void fx_build_tensors(const fixture_params *p, fx_tensors *ts) {
@@ -302,8 +299,7 @@ static void fx_build_kvs(const fixture_params *p, fx_buf *b, uint64_t *nkv) {
     for (int32_t i = 0; i < FIXTURE_N_VOCAB; i++)
         fx_f32(b, i < FIXTURE_FIRST_PIECE ? 0.0f : -(float)(i - FIXTURE_FIRST_PIECE));
     kv_arr(b, nkv, "tokenizer.ggml.token_type", FX_I32, FIXTURE_N_VOCAB);
-    for (int32_t i = 0; i < FIXTURE_N_VOCAB; i++)
-        fx_u32(b, (uint32_t)fx_token(i, p->vocab_variant, text, sizeof text));
+    for (int32_t i = 0; i < FIXTURE_N_VOCAB; i++) fx_u32(b, (uint32_t)fx_token(i, p->vocab_variant, text, sizeof text));
     kv_u32(b, nkv, "tokenizer.ggml.bos_token_id", FIXTURE_BOS);
     kv_u32(b, nkv, "tokenizer.ggml.eos_token_id", FIXTURE_EOS);
     kv_u32(b, nkv, "tokenizer.ggml.unknown_token_id", 3);
@@ -343,8 +339,7 @@ int fixture_write(const fixture_params *p, const char *path, char *err, size_t e
         fx_tensor *t = &ts.t[i];
         fx_str(&out, t->name);
         fx_u32(&out, t->n_dims);
-        for (uint32_t k = 0; k < t->n_dims; k++)
-            fx_u64(&out, t->ne[k]);
+        for (uint32_t k = 0; k < t->n_dims; k++) fx_u64(&out, t->ne[k]);
         fx_u32(&out, t->type);
         fx_u64(&out, off);
         off += (t->nbytes + 31) / 32 * 32;
@@ -370,8 +365,7 @@ int fixture_write(const fixture_params *p, const char *path, char *err, size_t e
     }
     rc = 0;
 done:
-    for (int i = 0; i < ts.n; i++)
-        free(ts.t[i].data);
+    for (int i = 0; i < ts.n; i++) free(ts.t[i].data);
     free(ts.t);
     free(kvs.p);
     free(out.p);

@@ -69,9 +69,11 @@ static void test_golden_renderings(void **st) {
         char err[256] = "";
         char *got = ls_chat_render_gemma3(msgs, nmsg, gen != 0, err, sizeof err);
         cases++;
-        if (got && strcmp(got, want) == 0) ok++;
-        else fprintf(stderr, "chat case %s: %s\n  got:  [%s]\n  want: [%s]\n", name, got ? "differs" : err,
-                     got ? got : "", want);
+        if (got && strcmp(got, want) == 0)
+            ok++;
+        else
+            fprintf(stderr, "chat case %s: %s\n  got:  [%s]\n  want: [%s]\n", name, got ? "differs" : err,
+                    got ? got : "", want);
         free(got);
         free(want);
         for (int i = 0; i < nmsg; i++) {

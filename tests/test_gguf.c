@@ -96,19 +96,16 @@ static void put_header(buf *b, uint32_t version, uint64_t n_tensors, uint64_t n_
 static void put_tensor(buf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type, uint64_t off) {
     put_str(b, name);
     put_u32(b, n_dims);
-    for (uint32_t d = 0; d < n_dims; d++)
-        put_u64(b, ne[d]);
+    for (uint32_t d = 0; d < n_dims; d++) put_u64(b, ne[d]);
     put_u32(b, type);
     put_u64(b, off);
 }
 static void put_pad(buf *b, size_t align) {
-    while (b->n % align)
-        put_u8(b, 0);
+    while (b->n % align) put_u8(b, 0);
 }
 /* Deterministic data bytes: the byte at file offset k is (k * 7 + 3) & 255. */
 static void put_data(buf *b, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        put_u8(b, (uint8_t)((b->n * 7 + 3) & 255));
+    for (size_t i = 0; i < n; i++) put_u8(b, (uint8_t)((b->n * 7 + 3) & 255));
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -134,15 +131,14 @@ static const tensor_spec k_tensors[] = {
     {"blk.0.attn_q.weight", LS_TYPE_Q5_0, 2, {64, 2, 1, 1}, 2 * 2 * 22},
 };
 #define N_TENSORS (sizeof k_tensors / sizeof k_tensors[0])
-#define N_KVS 26
-#define ALIGN 64
+#define N_KVS     26
+#define ALIGN     64
 
 /* Offsets are assigned in reverse info order, so the data section is not sorted like the
  * infos (exercises the overlap check's sort). Offset of tensor i within the data section. */
 static uint64_t fixture_offset(size_t i) {
     uint64_t off = 0;
-    for (size_t j = N_TENSORS - 1; j > i; j--)
-        off += (k_tensors[j].nbytes + ALIGN - 1) / ALIGN * ALIGN;
+    for (size_t j = N_TENSORS - 1; j > i; j--) off += (k_tensors[j].nbytes + ALIGN - 1) / ALIGN * ALIGN;
     return off;
 }
 
@@ -183,8 +179,7 @@ static void put_full_kvs(buf *b) {
     put_key(b, "t.utf8.\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87", GGUF_VT_U8), put_u8(b, 7);
     /* 8 levels of nesting, the limit: [[[[[[[[7]]]]]]]] of u8 */
     put_key(b, "t.arr.depth8", GGUF_VT_ARRAY);
-    for (int d = 0; d < GGUF_MAX_ARRAY_DEPTH - 1; d++)
-        put_arr(b, GGUF_VT_ARRAY, 1);
+    for (int d = 0; d < GGUF_MAX_ARRAY_DEPTH - 1; d++) put_arr(b, GGUF_VT_ARRAY, 1);
     put_arr(b, GGUF_VT_U8, 1), put_u8(b, 7);
 }
 
@@ -337,8 +332,7 @@ static void check_arrays(const gguf_file *f) {
     assert_int_equal(gguf_arr_str(sub2, 1, &s), 0), check_str(s, "yz");
 
     a = arr_of(f, "t.arr.depth8", GGUF_VT_ARRAY, 1);
-    for (int d = 0; d < GGUF_MAX_ARRAY_DEPTH - 1; d++)
-        assert_int_equal(gguf_arr_sub(a, 0, &a), 0);
+    for (int d = 0; d < GGUF_MAX_ARRAY_DEPTH - 1; d++) assert_int_equal(gguf_arr_sub(a, 0, &a), 0);
     assert_int_equal(a->v.arr.elem, GGUF_VT_U8);
     assert_int_equal(gguf_arr_i64(a, 0, &i64), 0), assert_int_equal(i64, 7);
 }
@@ -356,8 +350,7 @@ static void check_tensors(const gguf_file *f, const uint8_t *base) {
         assert_ptr_equal(gguf_find_tensor(f, want->name), t);
         assert_int_equal(t->type, want->type);
         assert_int_equal(t->n_dims, want->n_dims);
-        for (int d = 0; d < 4; d++)
-            assert_int_equal(t->ne[d], want->ne[d]);
+        for (int d = 0; d < 4; d++) assert_int_equal(t->ne[d], want->ne[d]);
         assert_int_equal(t->nbytes, want->nbytes);
         assert_int_equal(t->nbytes, ls_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]));
         assert_int_equal(t->offset, fixture_offset(i));
@@ -511,8 +504,7 @@ static void mk_huge_string_in_array(buf *b) {
 }
 static void mk_too_deep(buf *b) {
     put_header(b, 3, 0, 1), put_key(b, "deep", GGUF_VT_ARRAY);
-    for (int d = 0; d < GGUF_MAX_ARRAY_DEPTH; d++)
-        put_arr(b, GGUF_VT_ARRAY, 1);
+    for (int d = 0; d < GGUF_MAX_ARRAY_DEPTH; d++) put_arr(b, GGUF_VT_ARRAY, 1);
     put_arr(b, GGUF_VT_U8, 1), put_u8(b, 7);
 }
 static void mk_bad_vtype(buf *b) {
@@ -652,8 +644,7 @@ static void mk_tensor_empty_name(buf *b) {
 }
 static void mk_tensor_huge_name(buf *b) {
     small_begin(b, 1), put_u64(b, UINT64_C(1) << 50);
-    for (int i = 0; i < 4; i++)
-        put_u64(b, 0);
+    for (int i = 0; i < 4; i++) put_u64(b, 0);
 }
 static void mk_tensor_cut(buf *b) { /* cut inside ne[0] (a long name passes the count check) */
     small_begin(b, 1), put_tensor(b, "blk.0.attn_q.weight", 1, NE8, LS_TYPE_F32, 0);
@@ -792,16 +783,14 @@ static void test_every_prefix(void **state) {
 static volatile uint8_t g_sink;
 
 static void touch(const void *p, uint64_t n) {
-    for (uint64_t i = 0; i < n; i++)
-        g_sink ^= ((const uint8_t *)p)[i];
+    for (uint64_t i = 0; i < n; i++) g_sink ^= ((const uint8_t *)p)[i];
 }
 
 static void touch_value(const gguf_value *v) {
     if (v->type == GGUF_VT_STRING) touch(v->v.s.ptr, v->v.s.len);
     if (v->type != GGUF_VT_ARRAY) return;
     if (v->v.arr.items)
-        for (uint64_t i = 0; i < v->v.arr.count; i++)
-            touch_value(&v->v.arr.items[i]);
+        for (uint64_t i = 0; i < v->v.arr.count; i++) touch_value(&v->v.arr.items[i]);
     else
         for (uint64_t i = 0; i < v->v.arr.count; i++) {
             float x;
@@ -827,8 +816,7 @@ static void test_every_byte_corrupted(void **state) {
             copy[i] ^= xors[k];
             if (gguf_open_memory(copy, b.n, &f, err, sizeof err) == 0) {
                 opened++;
-                for (uint64_t j = 0; j < gguf_n_kv(f); j++)
-                    touch_value(&gguf_kv_at(f, j)->value);
+                for (uint64_t j = 0; j < gguf_n_kv(f); j++) touch_value(&gguf_kv_at(f, j)->value);
                 for (uint64_t j = 0; j < gguf_n_tensors(f); j++)
                     touch(gguf_tensor_at(f, j)->data, gguf_tensor_at(f, j)->nbytes);
                 gguf_close(f);

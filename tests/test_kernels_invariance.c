@@ -33,7 +33,9 @@ static uint64_t rng_next(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-static float rng_uniform(uint64_t *s) { return (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f); } /* [0, 1) */
+static float rng_uniform(uint64_t *s) {
+    return (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f);
+} /* [0, 1) */
 
 /* Roughly normal (sum of uniforms), scaled. */
 static float rng_normal(uint64_t *s, float scale) {
@@ -55,8 +57,16 @@ static int have_avx2(void) {
  * (random f16 bits would include NaN/Inf, whose payloads are not part of the contract). */
 static int scale_offsets(ls_type t, int off[2]) {
     switch (t) {
-    case LS_TYPE_Q4_0: case LS_TYPE_Q5_0: case LS_TYPE_Q8_0: off[0] = 0; return 1;
-    case LS_TYPE_Q4_1: case LS_TYPE_Q5_1: case LS_TYPE_Q4_K: case LS_TYPE_Q5_K: off[0] = 0; off[1] = 2; return 2;
+    case LS_TYPE_Q4_0:
+    case LS_TYPE_Q5_0:
+    case LS_TYPE_Q8_0: off[0] = 0; return 1;
+    case LS_TYPE_Q4_1:
+    case LS_TYPE_Q5_1:
+    case LS_TYPE_Q4_K:
+    case LS_TYPE_Q5_K:
+        off[0] = 0;
+        off[1] = 2;
+        return 2;
     case LS_TYPE_Q6_K: off[0] = offsetof(ls_block_q6_k, d); return 1;
     default: return 0;
     }
@@ -94,8 +104,8 @@ static uint8_t *make_weights(ls_type t, int64_t K, int draw, uint64_t *rng) {
 }
 
 /* Runs ls_matmul for rows [m0, m0 + M) of X and checks each against ref. */
-static void check_batch(ls_isa isa, ls_pool *pool, ls_type t, const uint8_t *W, int64_t K, const float *X,
-                        int64_t xs, int64_t m0, int64_t M, const float *ref, float *Y, int64_t ys, void *scratch) {
+static void check_batch(ls_isa isa, ls_pool *pool, ls_type t, const uint8_t *W, int64_t K, const float *X, int64_t xs,
+                        int64_t m0, int64_t M, const float *ref, float *Y, int64_t ys, void *scratch) {
     for (int64_t i = 0; i < M * ys; i++) Y[i] = -12345.0f; /* padding must survive */
     ls_matmul_isa(isa, pool, t, W, N_ROWS, K, X + m0 * xs, xs, M, Y, ys, scratch);
     for (int64_t m = 0; m < M; m++) {
@@ -174,17 +184,50 @@ static const int64_t K_FLOAT[2] = {256, 645}; /* 645: a float tail after the 8-l
 static const int64_t K_32[2] = {256, 640};
 static const int64_t K_K[2] = {256, 768};
 
-static void test_f32(void **st) { (void)st; run_type(LS_TYPE_F32, K_FLOAT); }
-static void test_f16(void **st) { (void)st; run_type(LS_TYPE_F16, K_FLOAT); }
-static void test_bf16(void **st) { (void)st; run_type(LS_TYPE_BF16, K_FLOAT); }
-static void test_q4_0(void **st) { (void)st; run_type(LS_TYPE_Q4_0, K_32); }
-static void test_q4_1(void **st) { (void)st; run_type(LS_TYPE_Q4_1, K_32); }
-static void test_q5_0(void **st) { (void)st; run_type(LS_TYPE_Q5_0, K_32); }
-static void test_q5_1(void **st) { (void)st; run_type(LS_TYPE_Q5_1, K_32); }
-static void test_q8_0(void **st) { (void)st; run_type(LS_TYPE_Q8_0, K_32); }
-static void test_q4_k(void **st) { (void)st; run_type(LS_TYPE_Q4_K, K_K); }
-static void test_q5_k(void **st) { (void)st; run_type(LS_TYPE_Q5_K, K_K); }
-static void test_q6_k(void **st) { (void)st; run_type(LS_TYPE_Q6_K, K_K); }
+static void test_f32(void **st) {
+    (void)st;
+    run_type(LS_TYPE_F32, K_FLOAT);
+}
+static void test_f16(void **st) {
+    (void)st;
+    run_type(LS_TYPE_F16, K_FLOAT);
+}
+static void test_bf16(void **st) {
+    (void)st;
+    run_type(LS_TYPE_BF16, K_FLOAT);
+}
+static void test_q4_0(void **st) {
+    (void)st;
+    run_type(LS_TYPE_Q4_0, K_32);
+}
+static void test_q4_1(void **st) {
+    (void)st;
+    run_type(LS_TYPE_Q4_1, K_32);
+}
+static void test_q5_0(void **st) {
+    (void)st;
+    run_type(LS_TYPE_Q5_0, K_32);
+}
+static void test_q5_1(void **st) {
+    (void)st;
+    run_type(LS_TYPE_Q5_1, K_32);
+}
+static void test_q8_0(void **st) {
+    (void)st;
+    run_type(LS_TYPE_Q8_0, K_32);
+}
+static void test_q4_k(void **st) {
+    (void)st;
+    run_type(LS_TYPE_Q4_K, K_K);
+}
+static void test_q5_k(void **st) {
+    (void)st;
+    run_type(LS_TYPE_Q5_K, K_K);
+}
+static void test_q6_k(void **st) {
+    (void)st;
+    run_type(LS_TYPE_Q6_K, K_K);
+}
 
 /* Attention's float dots: scalar emulation == AVX2 for every length 1..300, and the
  * dispatching entry points give the same bits. */

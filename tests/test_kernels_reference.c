@@ -48,9 +48,9 @@ static float rng_normal(uint64_t *s) {
 
 typedef struct {
     uint32_t type, n, has_src;
-    float *src;     /* [n] */
+    float *src;      /* [n] */
     uint8_t *blocks; /* [ls_row_size(type, n)] */
-    float *deq;     /* [n] */
+    float *deq;      /* [n] */
 } golden;
 
 static void golden_load(const char *name, golden *g) {
@@ -114,16 +114,46 @@ static void check_golden(const char *name, ls_type t) {
     golden_free(&g);
 }
 
-static void test_golden_f16(void **st) { (void)st; check_golden("f16", LS_TYPE_F16); }
-static void test_golden_bf16(void **st) { (void)st; check_golden("bf16", LS_TYPE_BF16); }
-static void test_golden_q4_0(void **st) { (void)st; check_golden("q4_0", LS_TYPE_Q4_0); }
-static void test_golden_q4_1(void **st) { (void)st; check_golden("q4_1", LS_TYPE_Q4_1); }
-static void test_golden_q5_0(void **st) { (void)st; check_golden("q5_0", LS_TYPE_Q5_0); }
-static void test_golden_q5_1(void **st) { (void)st; check_golden("q5_1", LS_TYPE_Q5_1); }
-static void test_golden_q8_0(void **st) { (void)st; check_golden("q8_0", LS_TYPE_Q8_0); }
-static void test_golden_q4_k(void **st) { (void)st; check_golden("q4_k", LS_TYPE_Q4_K); }
-static void test_golden_q5_k(void **st) { (void)st; check_golden("q5_k", LS_TYPE_Q5_K); }
-static void test_golden_q6_k(void **st) { (void)st; check_golden("q6_k", LS_TYPE_Q6_K); }
+static void test_golden_f16(void **st) {
+    (void)st;
+    check_golden("f16", LS_TYPE_F16);
+}
+static void test_golden_bf16(void **st) {
+    (void)st;
+    check_golden("bf16", LS_TYPE_BF16);
+}
+static void test_golden_q4_0(void **st) {
+    (void)st;
+    check_golden("q4_0", LS_TYPE_Q4_0);
+}
+static void test_golden_q4_1(void **st) {
+    (void)st;
+    check_golden("q4_1", LS_TYPE_Q4_1);
+}
+static void test_golden_q5_0(void **st) {
+    (void)st;
+    check_golden("q5_0", LS_TYPE_Q5_0);
+}
+static void test_golden_q5_1(void **st) {
+    (void)st;
+    check_golden("q5_1", LS_TYPE_Q5_1);
+}
+static void test_golden_q8_0(void **st) {
+    (void)st;
+    check_golden("q8_0", LS_TYPE_Q8_0);
+}
+static void test_golden_q4_k(void **st) {
+    (void)st;
+    check_golden("q4_k", LS_TYPE_Q4_K);
+}
+static void test_golden_q5_k(void **st) {
+    (void)st;
+    check_golden("q5_k", LS_TYPE_Q5_K);
+}
+static void test_golden_q6_k(void **st) {
+    (void)st;
+    check_golden("q6_k", LS_TYPE_Q6_K);
+}
 
 /* ---- activation quantization semantics (llama.cpp's, see quant_act.c) ---- */
 
@@ -266,7 +296,7 @@ static void test_dot_accuracy(void **st) {
 
 static void test_get_rows(void **st) {
     (void)st;
-    static const ls_type types[] = {LS_TYPE_F32, LS_TYPE_F16,  LS_TYPE_BF16, LS_TYPE_Q4_0, LS_TYPE_Q4_1, LS_TYPE_Q5_0,
+    static const ls_type types[] = {LS_TYPE_F32,  LS_TYPE_F16,  LS_TYPE_BF16, LS_TYPE_Q4_0, LS_TYPE_Q4_1, LS_TYPE_Q5_0,
                                     LS_TYPE_Q5_1, LS_TYPE_Q8_0, LS_TYPE_Q4_K, LS_TYPE_Q5_K, LS_TYPE_Q6_K};
     enum { ROWS = 9, K = 512 };
     const int32_t ids[5] = {3, 0, 8, 3, 5};
@@ -302,10 +332,10 @@ static void test_traits(void **st) {
     assert_int_equal(ls_row_size(LS_TYPE_BF16, 3), 6);
     assert_int_equal(ls_row_size(LS_TYPE_F32, 5), 20);
     assert_int_equal(ls_row_size(LS_TYPE_Q8_K, 256), 292);
-    assert_int_equal(ls_row_size(LS_TYPE_Q4_0, 33), 0);  /* not a block multiple */
-    assert_int_equal(ls_row_size(LS_TYPE_Q4_0, -32), 0); /* negative */
+    assert_int_equal(ls_row_size(LS_TYPE_Q4_0, 33), 0);       /* not a block multiple */
+    assert_int_equal(ls_row_size(LS_TYPE_Q4_0, -32), 0);      /* negative */
     assert_int_equal(ls_row_size(LS_TYPE_F32, INT64_MAX), 0); /* overflows size_t */
-    assert_int_equal(ls_row_size(4, 32), 0);             /* removed ggml type id */
+    assert_int_equal(ls_row_size(4, 32), 0);                  /* removed ggml type id */
     assert_int_equal(ls_row_size(1000, 32), 0);
     assert_null(ls_type_get(4));
     assert_null(ls_type_get(LS_TYPE_COUNT));
@@ -321,13 +351,20 @@ static void test_traits(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_f16),         cmocka_unit_test(test_golden_bf16),
-        cmocka_unit_test(test_golden_q4_0),        cmocka_unit_test(test_golden_q4_1),
-        cmocka_unit_test(test_golden_q5_0),        cmocka_unit_test(test_golden_q5_1),
-        cmocka_unit_test(test_golden_q8_0),        cmocka_unit_test(test_golden_q4_k),
-        cmocka_unit_test(test_golden_q5_k),        cmocka_unit_test(test_golden_q6_k),
-        cmocka_unit_test(test_act_q8_0_semantics), cmocka_unit_test(test_act_q8_k_semantics),
-        cmocka_unit_test(test_dot_accuracy),       cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_golden_f16),
+        cmocka_unit_test(test_golden_bf16),
+        cmocka_unit_test(test_golden_q4_0),
+        cmocka_unit_test(test_golden_q4_1),
+        cmocka_unit_test(test_golden_q5_0),
+        cmocka_unit_test(test_golden_q5_1),
+        cmocka_unit_test(test_golden_q8_0),
+        cmocka_unit_test(test_golden_q4_k),
+        cmocka_unit_test(test_golden_q5_k),
+        cmocka_unit_test(test_golden_q6_k),
+        cmocka_unit_test(test_act_q8_0_semantics),
+        cmocka_unit_test(test_act_q8_k_semantics),
+        cmocka_unit_test(test_dot_accuracy),
+        cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_traits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -51,8 +51,7 @@ static int teardown(void **state) {
 
 static int count_level(ls_log_level level) {
     int n = 0;
-    for (int i = 0; i < g_n && i < MAX_MSGS; i++)
-        n += g_recs[i].level == level;
+    for (int i = 0; i < g_n && i < MAX_MSGS; i++) n += g_recs[i].level == level;
     return n;
 }
 
@@ -83,8 +82,7 @@ static void site_muted(int i) {
 static void test_once_then_debug(void **state) {
     (void)state;
     ls_log_set_level(LS_LOG_DEBUG);
-    for (int i = 0; i < 1000; i++)
-        site_a(i);
+    for (int i = 0; i < 1000; i++) site_a(i);
     assert_int_equal(g_n, 1000);
     assert_int_equal(count_level(LS_LOG_WARN), 1);
     assert_int_equal(count_level(LS_LOG_DEBUG), 999);
@@ -102,20 +100,17 @@ static void test_once_then_debug(void **state) {
 static void test_repeats_hidden_above_debug(void **state) {
     (void)state;
     ls_log_set_level(LS_LOG_INFO);
-    for (int i = 0; i < 1000; i++)
-        site_quiet(i);
+    for (int i = 0; i < 1000; i++) site_quiet(i);
     assert_int_equal(g_n, 1);
     assert_int_equal(g_recs[0].level, LS_LOG_WARN);
     assert_string_equal(g_recs[0].text, "quiet site 0");
     /* and a site's level is its own: an ERROR site surfaces at ERROR */
-    for (int i = 0; i < 10; i++)
-        site_error(i);
+    for (int i = 0; i < 10; i++) site_error(i);
     assert_int_equal(g_n, 2);
     assert_int_equal(g_recs[1].level, LS_LOG_ERROR);
     /* a level above the site's hides even the first occurrence */
     ls_log_set_level(LS_LOG_NONE);
-    for (int i = 0; i < 10; i++)
-        site_muted(i);
+    for (int i = 0; i < 10; i++) site_muted(i);
     assert_int_equal(g_n, 2);
 }
 
@@ -133,20 +128,17 @@ static void test_sites_independent(void **state) {
     assert_string_equal(g_recs[0].text, "site B 0");
     assert_int_equal(g_recs[1].level, LS_LOG_WARN);
     assert_string_equal(g_recs[1].text, "site C 0");
-    for (int i = 2; i < 200; i++)
-        assert_int_equal(g_recs[i].level, LS_LOG_DEBUG);
+    for (int i = 2; i < 200; i++) assert_int_equal(g_recs[i].level, LS_LOG_DEBUG);
 }
 
 /* A long first message reaches the sink whole. */
 static void test_first_text_intact(void **state) {
     (void)state;
     char big[400];
-    for (size_t i = 0; i < sizeof big - 1; i++)
-        big[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < sizeof big - 1; i++) big[i] = (char)('a' + i % 26);
     big[sizeof big - 1] = 0;
     ls_log_set_level(LS_LOG_WARN);
-    for (int i = 0; i < 3; i++)
-        LS_LOG_ONCE(LS_LOG_WARN, "long: %s|end %d", big, i);
+    for (int i = 0; i < 3; i++) LS_LOG_ONCE(LS_LOG_WARN, "long: %s|end %d", big, i);
     assert_int_equal(g_n, 1);
     char want[512];
     snprintf(want, sizeof want, "long: %s|end 0", big);
@@ -156,8 +148,7 @@ static void test_first_text_intact(void **state) {
 /* Many threads racing on one site: still exactly one WARN. */
 static void *hammer(void *arg) {
     (void)arg;
-    for (int i = 0; i < 500; i++)
-        site_threads(i);
+    for (int i = 0; i < 500; i++) site_threads(i);
     return NULL;
 }
 
@@ -165,10 +156,8 @@ static void test_once_across_threads(void **state) {
     (void)state;
     ls_log_set_level(LS_LOG_DEBUG);
     pthread_t th[4];
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(pthread_create(&th[i], NULL, hammer, NULL), 0);
-    for (int i = 0; i < 4; i++)
-        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&th[i], NULL, hammer, NULL), 0);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
     assert_int_equal(g_n, 2000);
     assert_int_equal(count_level(LS_LOG_WARN), 1);
     assert_int_equal(count_level(LS_LOG_DEBUG), 1999);

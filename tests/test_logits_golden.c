@@ -32,13 +32,13 @@
 
 #include "lockstep.h"
 
-#define N_BUCKETS 64
-#define CHUNK 64
+#define N_BUCKETS   64
+#define CHUNK       64
 #define MAX_PROMPTS 16
 
 /* Limits (see the header comment for where they come from). */
-#define MIN_TOP1 0.90          /* argmax agreement over all positions */
-#define MAX_MEDIAN_ALL 0.05    /* sketch-estimated median relative L2 over all positions */
+#define MIN_TOP1          0.90 /* argmax agreement over all positions */
+#define MAX_MEDIAN_ALL    0.05 /* sketch-estimated median relative L2 over all positions */
 #define MAX_MEDIAN_PROMPT 0.06 /* ... per prompt, and over positions past the sliding window */
 
 typedef struct {
@@ -141,8 +141,10 @@ static void sketch_row(const uint8_t *code, const float *row, int32_t nv, double
     double pos[N_BUCKETS] = {0}, neg[N_BUCKETS] = {0};
     for (int32_t j = 0; j < nv; j++) {
         uint8_t c = code[j];
-        if (c & 64) neg[c & 63] += row[j];
-        else pos[c & 63] += row[j];
+        if (c & 64)
+            neg[c & 63] += row[j];
+        else
+            pos[c & 63] += row[j];
     }
     for (int b = 0; b < N_BUCKETS; b++) out[b] = pos[b] - neg[b];
 }
@@ -270,7 +272,9 @@ static void test_logits_match_llama_cpp(void **st) {
     fprintf(stderr, "%-10s %5lld %7.2f %9.5f %9.5f %9.5f   (%.1f s)\n", "overall", (long long)n_all, 100.0 * top1,
             med_all, quantile(rel_all, n_all, 0.9), quantile(rel_all, n_all, 1.0), now_s() - t0);
     double med_win = n_win ? quantile(rel_win, n_win, 0.5) : 0.0;
-    if (n_win) fprintf(stderr, "positions >= sliding window %d: %lld rows, median rel %.5f\n", window, (long long)n_win, med_win);
+    if (n_win)
+        fprintf(stderr, "positions >= sliding window %d: %lld rows, median rel %.5f\n", window, (long long)n_win,
+                med_win);
     fprintf(stderr, "limits: top1 >= %.0f%%, median <= %.3f overall, <= %.3f per prompt and past the window\n",
             100.0 * MIN_TOP1, MAX_MEDIAN_ALL, MAX_MEDIAN_PROMPT);
 

@@ -163,8 +163,7 @@ static void test_fault_localized(void **state) {
         {-1, LS_STAGE_LM_HEAD, 4},
         {-1, LS_STAGE_LM_HEAD, 2},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        check_fault(&cases[i], false);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_fault(&cases[i], false);
 }
 
 /* The trace pass (always localize, log per-layer verdicts) agrees, and its log names the
@@ -240,8 +239,7 @@ static void test_decline_path(void **state) {
     assert_int_equal(ls_drafter_ngram_create(1, 3, &d, err, sizeof err), LS_OK);
     int32_t prompt[N_PROMPT];
     prompt[0] = FIXTURE_BOS;
-    for (int i = 1; i < N_PROMPT; i++)
-        prompt[i] = FIXTURE_FIRST_PIECE + (i * 37) % 100;
+    for (int i = 1; i < N_PROMPT; i++) prompt[i] = FIXTURE_FIRST_PIECE + (i * 37) % 100;
     output classic, out;
     ls_gen_stats st;
     run(s, prompt, NULL, false, &classic, &st);
@@ -287,8 +285,7 @@ enum { U_LAYERS = 6, U_K = 4, U_W = 8, U_P0 = 20 };
 
 /* Deterministic row content for (layer, stage, position). */
 static void make_row(float *row, int32_t layer, ls_stage st, int32_t pos, int64_t width) {
-    for (int64_t i = 0; i < width; i++)
-        row[i] = (float)(layer * 1000 + (int)st * 100 + pos) + 0.125f * (float)i;
+    for (int64_t i = 0; i < width; i++) row[i] = (float)(layer * 1000 + (int)st * 100 + pos) + 0.125f * (float)i;
 }
 
 /* The chain arm as the probe records it: one row per forward, plus prefill rows (ignored). */
@@ -297,8 +294,7 @@ static void record_chain(ls_probe_capture *c) {
     for (int32_t l = -1; l < U_LAYERS; l++)
         for (int st = 0; st < LS_STAGE_COUNT; st++) {
             if ((l < 0) != (st >= LS_STAGE_FINAL_NORM)) continue;
-            for (int32_t p = 0; p < U_P0; p++)
-                make_row(rows[p], l, (ls_stage)st, p, U_W);
+            for (int32_t p = 0; p < U_P0; p++) make_row(rows[p], l, (ls_stage)st, p, U_W);
             ls_probe_capture_rows(c, 0, l, (ls_stage)st, rows[0], U_P0, U_W, 0); /* prefill */
             for (int32_t r = 0; r < U_K; r++) {
                 float row[U_W];
@@ -318,15 +314,13 @@ static void record_block(ls_probe_capture *c, mutate_fn mutate, bool reversed) {
         ls_stage st;
     } order[U_LAYERS * 3 + 2];
     for (int32_t l = 0; l < U_LAYERS; l++)
-        for (int st = 0; st < LS_STAGE_FINAL_NORM; st++)
-            order[n].l = l, order[n++].st = (ls_stage)st;
+        for (int st = 0; st < LS_STAGE_FINAL_NORM; st++) order[n].l = l, order[n++].st = (ls_stage)st;
     order[n].l = -1, order[n++].st = LS_STAGE_FINAL_NORM;
     order[n].l = -1, order[n++].st = LS_STAGE_LM_HEAD;
     for (int i = 0; i < n; i++) {
         int j = reversed ? n - 1 - i : i;
         float rows[U_K][U_W];
-        for (int32_t r = 0; r < U_K; r++)
-            make_row(rows[r], order[j].l, order[j].st, U_P0 + r, U_W);
+        for (int32_t r = 0; r < U_K; r++) make_row(rows[r], order[j].l, order[j].st, U_P0 + r, U_W);
         if (mutate) mutate(rows[0], order[j].l, order[j].st);
         ls_probe_capture_rows(c, 1, order[j].l, order[j].st, rows[0], U_K, U_W, U_P0);
     }
@@ -416,8 +410,7 @@ static void test_compare_unit(void **state) {
 
     /* Wider rows (logits) are compared on their first `width` floats only. */
     float wide_a[2 * U_W], wide_b[2 * U_W];
-    for (int i = 0; i < 2 * U_W; i++)
-        wide_a[i] = wide_b[i] = (float)i;
+    for (int i = 0; i < 2 * U_W; i++) wide_a[i] = wide_b[i] = (float)i;
     wide_b[U_W + 1] = 99.0f;
     ls_probe_capture_rows(&c, 0, -1, LS_STAGE_LM_HEAD, wide_a, 1, 2 * U_W, U_P0);
     ls_probe_capture_rows(&c, 1, -1, LS_STAGE_LM_HEAD, wide_b, 1, 2 * U_W, U_P0);

@@ -42,7 +42,8 @@ static void test_position_keyed_pure(void **st) {
     ls_sampling s2 = s;
     s2.seed = 99;
     int seed_differs = 0;
-    for (int pos = 0; pos < 100; pos++) seed_differs += ls_sample(&s, l, 50, NULL, pos) != ls_sample(&s2, l, 50, NULL, pos);
+    for (int pos = 0; pos < 100; pos++)
+        seed_differs += ls_sample(&s, l, 50, NULL, pos) != ls_sample(&s2, l, 50, NULL, pos);
     assert_true(seed_differs > 20);
 }
 
@@ -92,8 +93,11 @@ static void test_penalties(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy_ties_lowest_id), cmocka_unit_test(test_position_keyed_pure),
-        cmocka_unit_test(test_distribution), cmocka_unit_test(test_filters), cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_greedy_ties_lowest_id),
+        cmocka_unit_test(test_position_keyed_pure),
+        cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_filters),
+        cmocka_unit_test(test_penalties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,8 +81,7 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
     (void)state;
-    for (int t = 1; t <= 2; t++)
-        ls_session_free(W.sess[t]);
+    for (int t = 1; t <= 2; t++) ls_session_free(W.sess[t]);
     ls_model_close(W.target);
     ls_model_close(W.target2);
     ls_model_close(W.small);
@@ -160,27 +159,13 @@ static ls_drafter *make_drafter(drafter_kind k, int threads, int32_t n_ctx) {
     char err[512] = "";
     int rc;
     switch (k) {
-    case D_NGRAM1:
-        rc = ls_drafter_ngram_create(1, 1, &d, err, sizeof err);
-        break;
-    case D_NGRAM2:
-        rc = ls_drafter_ngram_create(2, 2, &d, err, sizeof err);
-        break;
-    case D_NGRAM3:
-        rc = ls_drafter_ngram_create(3, 3, &d, err, sizeof err);
-        break;
-    case D_NGRAM13:
-        rc = ls_drafter_ngram_create(1, 3, &d, err, sizeof err);
-        break;
-    case D_SELF:
-        rc = ls_drafter_model_create(W.target2, W.target, n_ctx, threads, &d, err, sizeof err);
-        break;
-    case D_SMALL:
-        rc = ls_drafter_model_create(W.small, W.target, n_ctx, threads, &d, err, sizeof err);
-        break;
-    default:
-        rc = ls_drafter_model_create(W.trunc, W.target, n_ctx, threads, &d, err, sizeof err);
-        break;
+    case D_NGRAM1: rc = ls_drafter_ngram_create(1, 1, &d, err, sizeof err); break;
+    case D_NGRAM2: rc = ls_drafter_ngram_create(2, 2, &d, err, sizeof err); break;
+    case D_NGRAM3: rc = ls_drafter_ngram_create(3, 3, &d, err, sizeof err); break;
+    case D_NGRAM13: rc = ls_drafter_ngram_create(1, 3, &d, err, sizeof err); break;
+    case D_SELF: rc = ls_drafter_model_create(W.target2, W.target, n_ctx, threads, &d, err, sizeof err); break;
+    case D_SMALL: rc = ls_drafter_model_create(W.small, W.target, n_ctx, threads, &d, err, sizeof err); break;
+    default: rc = ls_drafter_model_create(W.trunc, W.target, n_ctx, threads, &d, err, sizeof err); break;
     }
     if (rc != LS_OK || !d) fail_msg("drafter %s: %s", drafter_names[k], err);
     return d;
@@ -361,8 +346,7 @@ static void test_stop_eos(void **state) {
     (void)state;
     static const drafter_kind kinds[] = {D_NGRAM13, D_SELF, D_TRUNC};
     ls_drafter *ds[3];
-    for (int i = 0; i < 3; i++)
-        ds[i] = make_drafter(kinds[i], 1, N_CTX);
+    for (int i = 0; i < 3; i++) ds[i] = make_drafter(kinds[i], 1, N_CTX);
     int eos_stops = 0;
     for (uint64_t seed = 1; seed <= 8; seed++) {
         ls_gen_params gp = params(seed % 8 == 0 ? 0.0f : 1.0f, seed);
@@ -387,8 +371,7 @@ static void test_stop_eos(void **state) {
     }
     /* the fixture makes EOS (or <end_of_turn>) likely enough at T = 1: seeds 1, 2, 4, 6 */
     assert_true(eos_stops >= 3);
-    for (int i = 0; i < 3; i++)
-        ls_drafter_free(ds[i]);
+    for (int i = 0; i < 3; i++) ls_drafter_free(ds[i]);
 }
 
 static void test_stop_budget(void **state) {
@@ -531,8 +514,7 @@ static void test_fixture_sane(void **state) {
     int64_t n = ls_model_tokenize(W.target, "ab cd", 5, true, false, ids, 16);
     assert_true(n >= 3 && n <= 6);
     assert_int_equal(ids[0], FIXTURE_BOS);
-    for (int i = 1; i < n; i++)
-        assert_true(ids[i] >= FIXTURE_FIRST_PIECE);
+    for (int i = 1; i < n; i++) assert_true(ids[i] >= FIXTURE_FIRST_PIECE);
     for (int t = 0; t < 2; t++) {
         ls_gen_params gp = params(t ? 0.8f : 0.0f, 1);
         output o;
@@ -541,11 +523,9 @@ static void test_fixture_sane(void **state) {
         int distinct = 0;
         static bool seen[FIXTURE_N_VOCAB];
         memset(seen, 0, sizeof seen);
-        for (int i = 0; i < o.n; i++)
-            distinct += !seen[o.ids[i]], seen[o.ids[i]] = true;
+        for (int i = 0; i < o.n; i++) distinct += !seen[o.ids[i]], seen[o.ids[i]] = true;
         bool all_same_16 = true;
-        for (int i = 1; i < 16; i++)
-            all_same_16 &= o.ids[i] == o.ids[0];
+        for (int i = 1; i < 16; i++) all_same_16 &= o.ids[i] == o.ids[0];
         assert_false(all_same_16);
         assert_true(distinct >= (t ? 40 : 8));
     }

@@ -54,9 +54,19 @@ static ls_tokenizer *make_vocab(const vtok *v, int n, bool add_space_prefix, cha
         scores[i] = v[i].score;
         types[i] = v[i].type;
     }
-    ls_tokenizer_desc d = {.n_vocab = n, .texts = texts, .lens = lens, .scores = scores, .types = types,
-                           .bos = 2, .eos = 1, .unk = 3, .pad = 0, .eot = -1, .eom = -1,
-                           .add_bos = true, .add_space_prefix = add_space_prefix};
+    ls_tokenizer_desc d = {.n_vocab = n,
+                           .texts = texts,
+                           .lens = lens,
+                           .scores = scores,
+                           .types = types,
+                           .bos = 2,
+                           .eos = 1,
+                           .unk = 3,
+                           .pad = 0,
+                           .eot = -1,
+                           .eom = -1,
+                           .add_bos = true,
+                           .add_space_prefix = add_space_prefix};
     ls_tokenizer *t = NULL;
     int rc = ls_tokenizer_create(&d, &t, err, errlen);
     free(texts);
@@ -84,10 +94,10 @@ static void assert_ids(const int32_t *got, int n, const int32_t *want, int nw) {
     }
 }
 
-#define ASSERT_IDS(got, n, ...)                                                                    \
-    do {                                                                                           \
-        const int32_t want_[] = {__VA_ARGS__};                                                     \
-        assert_ids(got, n, want_, (int)(sizeof want_ / sizeof *want_));                            \
+#define ASSERT_IDS(got, n, ...)                                                                                        \
+    do {                                                                                                               \
+        const int32_t want_[] = {__VA_ARGS__};                                                                         \
+        assert_ids(got, n, want_, (int)(sizeof want_ / sizeof *want_));                                                \
     } while (0)
 
 /* ------------------------------------------------------------------------------------- */
@@ -101,11 +111,26 @@ static void assert_ids(const int32_t *got, int n, const int32_t *want, int nw) {
 
 /* ids:          0        1        2        3        4    5    6    7     8     9     10      */
 static const vtok base_vocab[] = {
-    {"<pad>", 0, C}, {"<eos>", 0, C}, {"<bos>", 0, C}, {"<unk>", 0, 2}, {"a", -1, N}, {"b", -2, N}, {"c", -3, N},
-    {"ab", -10, N}, {"bc", -5, N}, {"aa", -9, N}, {"\xE2\x96\x81", -4, N},
-    /* 11 */ {"\xE2\x96\x81" "a", -6, N},
+    {"<pad>", 0, C},
+    {"<eos>", 0, C},
+    {"<bos>", 0, C},
+    {"<unk>", 0, 2},
+    {"a", -1, N},
+    {"b", -2, N},
+    {"c", -3, N},
+    {"ab", -10, N},
+    {"bc", -5, N},
+    {"aa", -9, N},
+    {"\xE2\x96\x81", -4, N},
+    /* 11 */
+    {"\xE2\x96\x81"
+     "a",
+     -6, N},
     /* 12..15: byte tokens for the bytes we use in fallback tests */
-    {"<0x78>", 0, B}, {"<0xC3>", 0, B}, {"<0xA9>", 0, B}, {"<0x0A>", 0, B},
+    {"<0x78>", 0, B},
+    {"<0xC3>", 0, B},
+    {"<0xA9>", 0, B},
+    {"<0x0A>", 0, B},
     /* 16 */ {"<start>", 0, C},
     /* 17 */ {"  ", 0, U},
     /* 18 */ {"bcd", 0, U},
@@ -225,7 +250,7 @@ static void test_decode_rules(void **st) {
     assert_int_equal(ls_token_to_bytes(t, 16, false, buf, sizeof buf), 0); /* control hidden */
     assert_int_equal(ls_token_to_bytes(t, 16, true, buf, sizeof buf), 7);
     assert_memory_equal(buf, "<start>", 7);
-    assert_int_equal(ls_token_to_bytes(t, 3, false, buf, sizeof buf), 0); /* unknown hidden */
+    assert_int_equal(ls_token_to_bytes(t, 3, false, buf, sizeof buf), 0);  /* unknown hidden */
     assert_int_equal(ls_token_to_bytes(t, 17, false, buf, sizeof buf), 2); /* user-defined shown */
     /* Too small: needed size returned, nothing written. */
     memset(buf, 'z', sizeof buf);
@@ -249,7 +274,8 @@ static void test_decode_rules(void **st) {
 static void test_control_override(void **st) {
     (void)st;
     /* llama.cpp forces EOG/FIM-looking texts to CONTROL even when the file says otherwise. */
-    vtok v[] = {{"<pad>", 0, C}, {"<eos>", 0, C}, {"<bos>", 0, C}, {"</s>", 0, U}, {"<end_of_turn>", 0, N}, {"x", 0, N}};
+    vtok v[] = {{"<pad>", 0, C}, {"<eos>", 0, C},         {"<bos>", 0, C},
+                {"</s>", 0, U},  {"<end_of_turn>", 0, N}, {"x", 0, N}};
     char err[256];
     ls_tokenizer *t = make_vocab(v, 6, false, err, sizeof err);
     assert_non_null(t);
@@ -382,9 +408,14 @@ static void test_utf8_stream(void **st) {
     assert_memory_equal(o, "a\xC3\xA9\xF0\x9F\x98\x80z", 8);
     /* Python: b"\xF0\x9F\x98A".decode("utf-8", "replace") == "\ufffdA" (one U+FFFD per
      * maximal subpart). */
-    o = stream_bytes("\xF0\x9F\x98" "A", 4, &n);
+    o = stream_bytes("\xF0\x9F\x98"
+                     "A",
+                     4, &n);
     assert_int_equal(n, 4);
-    assert_memory_equal(o, "\xEF\xBF\xBD" "A", 4);
+    assert_memory_equal(o,
+                        "\xEF\xBF\xBD"
+                        "A",
+                        4);
     /* b"\xC0\xAF" -> two U+FFFD (C0 can never start a sequence). */
     o = stream_bytes("\xC0\xAF", 2, &n);
     assert_int_equal(n, 6);
@@ -449,8 +480,12 @@ static void gb_put(gbuf *b, const void *d, size_t n) {
     memcpy(b->p + b->n, d, n);
     b->n += n;
 }
-static void gb_u32(gbuf *b, uint32_t v) { gb_put(b, &v, 4); }
-static void gb_u64(gbuf *b, uint64_t v) { gb_put(b, &v, 8); }
+static void gb_u32(gbuf *b, uint32_t v) {
+    gb_put(b, &v, 4);
+}
+static void gb_u64(gbuf *b, uint64_t v) {
+    gb_put(b, &v, 8);
+}
 static void gb_str(gbuf *b, const char *s) {
     gb_u64(b, strlen(s));
     gb_put(b, s, strlen(s));
@@ -482,8 +517,22 @@ static void kv_arr_hdr(gbuf *b, const char *k, uint32_t elem, uint64_t count) {
     gb_u64(b, count);
 }
 
-enum { G_OK, G_NO_MODEL, G_GPT2, G_MODEL_NOT_STR, G_NO_TOKENS, G_TOKENS_I32, G_SCORES_SHORT, G_SCORES_I32,
-       G_TYPES_SHORT, G_TYPES_BAD, G_BOS_RANGE, G_BOS_TYPE, G_ADD_BOS_TYPE, G_NO_OPTIONAL };
+enum {
+    G_OK,
+    G_NO_MODEL,
+    G_GPT2,
+    G_MODEL_NOT_STR,
+    G_NO_TOKENS,
+    G_TOKENS_I32,
+    G_SCORES_SHORT,
+    G_SCORES_I32,
+    G_TYPES_SHORT,
+    G_TYPES_BAD,
+    G_BOS_RANGE,
+    G_BOS_TYPE,
+    G_ADD_BOS_TYPE,
+    G_NO_OPTIONAL
+};
 
 /* A 6-token vocab with one deliberate problem per variant. */
 static gbuf build_gguf(int variant) {
@@ -492,13 +541,16 @@ static gbuf build_gguf(int variant) {
     gbuf b = {0};
     gb_put(&b, "GGUF", 4);
     gb_u32(&b, 3);
-    gb_u64(&b, 0);          /* tensors */
+    gb_u64(&b, 0); /* tensors */
     size_t nkv_at = b.n;
-    gb_u64(&b, 0);          /* kv count, patched below */
+    gb_u64(&b, 0); /* kv count, patched below */
     kv_str(&b, "general.architecture", "gemma3");
-    if (variant == G_GPT2) kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    else if (variant == G_MODEL_NOT_STR) kv_u32(&b, "tokenizer.ggml.model", 1);
-    else if (variant != G_NO_MODEL) kv_str(&b, "tokenizer.ggml.model", "llama");
+    if (variant == G_GPT2)
+        kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    else if (variant == G_MODEL_NOT_STR)
+        kv_u32(&b, "tokenizer.ggml.model", 1);
+    else if (variant != G_NO_MODEL)
+        kv_str(&b, "tokenizer.ggml.model", "llama");
     if (variant == G_TOKENS_I32) {
         kv_arr_hdr(&b, "tokenizer.ggml.tokens", GGUF_VT_I32, 2);
         gb_u32(&b, 1);
@@ -522,12 +574,17 @@ static gbuf build_gguf(int variant) {
         int nty = variant == G_TYPES_SHORT ? nt - 1 : nt;
         kv_arr_hdr(&b, "tokenizer.ggml.token_type", GGUF_VT_I32, (uint64_t)nty);
         for (int i = 0; i < nty; i++) gb_u32(&b, variant == G_TYPES_BAD && i == 4 ? 77u : (i < 3 ? 3u : 1u));
-        if (variant == G_BOS_RANGE) kv_u32(&b, "tokenizer.ggml.bos_token_id", 6);
-        else if (variant == G_BOS_TYPE) kv_f32(&b, "tokenizer.ggml.bos_token_id", 2.0f);
-        else kv_u32(&b, "tokenizer.ggml.bos_token_id", 2);
+        if (variant == G_BOS_RANGE)
+            kv_u32(&b, "tokenizer.ggml.bos_token_id", 6);
+        else if (variant == G_BOS_TYPE)
+            kv_f32(&b, "tokenizer.ggml.bos_token_id", 2.0f);
+        else
+            kv_u32(&b, "tokenizer.ggml.bos_token_id", 2);
         kv_u32(&b, "tokenizer.ggml.eos_token_id", 1);
-        if (variant == G_ADD_BOS_TYPE) kv_u32(&b, "tokenizer.ggml.add_bos_token", 1);
-        else kv_bool(&b, "tokenizer.ggml.add_bos_token", 1);
+        if (variant == G_ADD_BOS_TYPE)
+            kv_u32(&b, "tokenizer.ggml.add_bos_token", 1);
+        else
+            kv_bool(&b, "tokenizer.ggml.add_bos_token", 1);
         kv_bool(&b, "tokenizer.ggml.add_space_prefix", 0);
     }
     memcpy(b.p + nkv_at, &b.n_kv, 8);
@@ -633,9 +690,9 @@ static int model_teardown(void **st) {
     return 0;
 }
 
-#define NEED_MODEL()                                                                               \
-    do {                                                                                           \
-        if (!g_tok) skip();                                                                        \
+#define NEED_MODEL()                                                                                                   \
+    do {                                                                                                               \
+        if (!g_tok) skip();                                                                                            \
     } while (0)
 
 static void test_model_metadata(void **st) {
@@ -782,13 +839,16 @@ static void test_golden(void **st) {
                 for (int i = 0; i < ne; i++) fprintf(stderr, " %d", exp[i]);
                 fprintf(stderr, "\n");
             }
-            if (check_roundtrip(got, (int)ng, want, wl, dec, 4 * cap_line)) roundtrip++;
-            else fprintf(stderr, "golden line %d (parse_special=%d): decode differs from input\n", lineno, ps);
+            if (check_roundtrip(got, (int)ng, want, wl, dec, 4 * cap_line))
+                roundtrip++;
+            else
+                fprintf(stderr, "golden line %d (parse_special=%d): decode differs from input\n", lineno, ps);
         }
     }
     fclose(fp);
-    fprintf(stderr, "golden: %d cases; llama.cpp match: parse_special=0 %d/%d, parse_special=1 %d/%d; "
-                    "round trips %d/%d\n",
+    fprintf(stderr,
+            "golden: %d cases; llama.cpp match: parse_special=0 %d/%d, parse_special=1 %d/%d; "
+            "round trips %d/%d\n",
             cases, match[0], cases, match[1], cases, roundtrip, 2 * cases);
     free(line);
     free(text);
@@ -806,9 +866,10 @@ static void test_stream_emoji(void **st) {
     (void)st;
     NEED_MODEL();
     /* ZWJ family, flag, skin tone, rare CJK: several of these are byte-fallback tokens. */
-    const char *text = "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 "
-                       "\xF0\x9F\x87\xBA\xF0\x9F\x87\xB8 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD \xF0\xA0\x80\x80\xF0\xAA\x9A\xB2 "
-                       "\xF0\x9F\xAB\xA0";
+    const char *text =
+        "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 "
+        "\xF0\x9F\x87\xBA\xF0\x9F\x87\xB8 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD \xF0\xA0\x80\x80\xF0\xAA\x9A\xB2 "
+        "\xF0\x9F\xAB\xA0";
     int32_t ids[128];
     int n = tok(g_tok, text, false, false, ids, 128);
     int bytes_tokens = 0;
@@ -835,9 +896,14 @@ static void test_perf(void **st) {
     (void)st;
     NEED_MODEL();
     static const char *parts[] = {
-        "The quick brown fox jumps over the lazy dog. ", "Größenwahnsinnige Straßenbahnfahrer übernehmen. ",
-        "机器学习是人工智能的一个分支。", "def f(x):\n    return x * 2  # doubled\n", "😀👍🏽 ",
-        "    indented    spaces\t\ttabs\n\n", "https://example.com/a?b=c&d=e ", "1234567890 3.14159 ",
+        "The quick brown fox jumps over the lazy dog. ",
+        "Größenwahnsinnige Straßenbahnfahrer übernehmen. ",
+        "机器学习是人工智能的一个分支。",
+        "def f(x):\n    return x * 2  # doubled\n",
+        "😀👍🏽 ",
+        "    indented    spaces\t\ttabs\n\n",
+        "https://example.com/a?b=c&d=e ",
+        "1234567890 3.14159 ",
         "<start_of_turn>user\nhi<end_of_turn>\n",
     };
     char *text = malloc(10240 + 256);
@@ -866,22 +932,14 @@ static void test_perf(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_merge_order),
-        cmocka_unit_test(test_byte_fallback),
-        cmocka_unit_test(test_special_partition),
-        cmocka_unit_test(test_space_prefix),
-        cmocka_unit_test(test_capacity_and_args),
-        cmocka_unit_test(test_decode_rules),
-        cmocka_unit_test(test_control_override),
-        cmocka_unit_test(test_create_errors),
-        cmocka_unit_test(test_utf8_decode),
-        cmocka_unit_test(test_utf8_stream),
-        cmocka_unit_test(test_detok_synthetic),
-        cmocka_unit_test(test_gguf_metadata),
-        cmocka_unit_test(test_model_metadata),
-        cmocka_unit_test(test_golden),
-        cmocka_unit_test(test_stream_emoji),
-        cmocka_unit_test(test_perf),
+        cmocka_unit_test(test_merge_order),       cmocka_unit_test(test_byte_fallback),
+        cmocka_unit_test(test_special_partition), cmocka_unit_test(test_space_prefix),
+        cmocka_unit_test(test_capacity_and_args), cmocka_unit_test(test_decode_rules),
+        cmocka_unit_test(test_control_override),  cmocka_unit_test(test_create_errors),
+        cmocka_unit_test(test_utf8_decode),       cmocka_unit_test(test_utf8_stream),
+        cmocka_unit_test(test_detok_synthetic),   cmocka_unit_test(test_gguf_metadata),
+        cmocka_unit_test(test_model_metadata),    cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_stream_emoji),      cmocka_unit_test(test_perf),
     };
     return cmocka_run_group_tests(tests, model_setup, model_teardown);
 }

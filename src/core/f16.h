@@ -5,8 +5,16 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float ls_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t ls_bits_from_f32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float ls_f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t ls_bits_from_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
 static inline float ls_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -26,9 +34,9 @@ static inline uint16_t ls_f32_to_f16(float f) {
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t ax = x & 0x7fffffffu;
     if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0)); /* inf/nan */
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);                                     /* overflow */
-    if (ax < 0x38800000u) {                                                                      /* subnormal or zero */
-        if (ax < 0x33000000u) return (uint16_t)sign;                                             /* < 2^-25 rounds to 0 */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);                                  /* overflow */
+    if (ax < 0x38800000u) {                                                                   /* subnormal or zero */
+        if (ax < 0x33000000u) return (uint16_t)sign;                                          /* < 2^-25 rounds to 0 */
         uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
         uint32_t shift = 126 - e; /* 14..24 */
         uint32_t hm = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
@@ -41,6 +49,8 @@ static inline uint16_t ls_f32_to_f16(float f) {
     return (uint16_t)(sign | hm);
 }
 
-static inline float ls_bf16_to_f32(uint16_t b) { return ls_f32_from_bits((uint32_t)b << 16); }
+static inline float ls_bf16_to_f32(uint16_t b) {
+    return ls_f32_from_bits((uint32_t)b << 16);
+}
 
 #endif

@@ -9,8 +9,12 @@ static _Atomic int g_level = LS_LOG_INFO;
 static void (*g_sink)(ls_log_level, const char *, void *);
 static void *g_sink_ud;
 
-void ls_log_set_level(ls_log_level level) { g_level = (int)level; }
-ls_log_level ls_log_get_level(void) { return (ls_log_level)g_level; }
+void ls_log_set_level(ls_log_level level) {
+    g_level = (int)level;
+}
+ls_log_level ls_log_get_level(void) {
+    return (ls_log_level)g_level;
+}
 
 void ls_log_set_sink(void (*sink)(ls_log_level, const char *, void *), void *ud) {
     g_sink = sink;

@@ -53,8 +53,10 @@ static void *worker_main(void *p) {
         while ((g = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
                !atomic_load(&pool->stop)) {
             if (++spins < SPIN_ROUNDS) {
-                if (spins > YIELD_AFTER) sched_yield();
-                else LS_CPU_RELAX();
+                if (spins > YIELD_AFTER)
+                    sched_yield();
+                else
+                    LS_CPU_RELAX();
                 continue;
             }
             pthread_mutex_lock(&pool->mu);
@@ -115,7 +117,9 @@ void ls_pool_free(ls_pool *pool) {
     free(pool);
 }
 
-int ls_pool_size(const ls_pool *pool) { return pool ? pool->n : 1; }
+int ls_pool_size(const ls_pool *pool) {
+    return pool ? pool->n : 1;
+}
 
 void ls_pool_run(ls_pool *pool, ls_pool_fn fn, void *arg) {
     if (!pool || pool->n == 1) {
@@ -133,8 +137,10 @@ void ls_pool_run(ls_pool *pool, ls_pool_fn fn, void *arg) {
     }
     fn(arg, 0, pool->n);
     for (int spins = 0; atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1; spins++) {
-        if (spins > YIELD_AFTER) sched_yield();
-        else LS_CPU_RELAX();
+        if (spins > YIELD_AFTER)
+            sched_yield();
+        else
+            LS_CPU_RELAX();
     }
 }
 

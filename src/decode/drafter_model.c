@@ -12,8 +12,8 @@
 
 typedef struct {
     ls_session *s;
-    int32_t *seen;   /* [n_ctx] tokens the draft session holds, by position */
-    float *logits;   /* [n_vocab] */
+    int32_t *seen; /* [n_ctx] tokens the draft session holds, by position */
+    float *logits; /* [n_vocab] */
     int32_t n_vocab, n_ctx;
 } model_impl;
 
@@ -77,8 +77,8 @@ static void model_free(ls_drafter *d) {
 static const ls_drafter_ops model_ops = {
     .name = "model", .propose = model_propose, .rollback = model_rollback, .free = model_free};
 
-int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_ctx, int32_t n_threads,
-                            ls_drafter **out, char *err, size_t errlen) {
+int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_ctx, int32_t n_threads, ls_drafter **out,
+                            char *err, size_t errlen) {
     *out = NULL;
     ls_model_info di, ti;
     ls_model_get_info(draft, &di);
@@ -112,7 +112,9 @@ int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_c
     return LS_OK;
 nomem:
     snprintf(err, errlen, "out of memory creating the draft model drafter");
-    if (d) model_free(d);
-    else free(mi);
+    if (d)
+        model_free(d);
+    else
+        free(mi);
     return LS_ERR_NOMEM;
 }

@@ -39,7 +39,9 @@ static int32_t ngram_propose(ls_drafter *d, ls_session *target, const int32_t *h
     return 0;
 }
 
-static void ngram_rollback(ls_drafter *d, int32_t n) { (void)d, (void)n; }
+static void ngram_rollback(ls_drafter *d, int32_t n) {
+    (void)d, (void)n;
+}
 
 static void ngram_free(ls_drafter *d) {
     if (!d) return;
@@ -53,8 +55,7 @@ static const ls_drafter_ops ngram_ops = {
 int ls_drafter_ngram_create(int32_t n_min, int32_t n_max, ls_drafter **out, char *err, size_t errlen) {
     *out = NULL;
     if (n_min < 1 || n_max < n_min || n_max > 64) {
-        snprintf(err, errlen, "ngram drafter: sizes must satisfy 1 <= n_min <= n_max <= 64 (got %d..%d)", n_min,
-                 n_max);
+        snprintf(err, errlen, "ngram drafter: sizes must satisfy 1 <= n_min <= n_max <= 64 (got %d..%d)", n_min, n_max);
         return LS_ERR_ARG;
     }
     ls_drafter *d = calloc(1, sizeof *d);
@@ -77,4 +78,6 @@ void ls_drafter_free(ls_drafter *d) {
     if (d) d->ops->free(d);
 }
 
-const char *ls_drafter_name(const ls_drafter *d) { return d ? d->ops->name : "none"; }
+const char *ls_drafter_name(const ls_drafter *d) {
+    return d ? d->ops->name : "none";
+}

@@ -19,8 +19,7 @@ int ls_gen_stats_format(const ls_gen_stats *st, char *buf, size_t cap) {
         P(" rounds=%lld proposed=%lld accepted=%lld acceptance_rate=%.4f emitted_per_verify=%.3f"
           " zero_accept_rounds=%lld partial_accept_rounds=%lld full_accept_rounds=%lld",
           (long long)st->rounds, (long long)st->proposed, (long long)st->accepted, acc, epv,
-          (long long)st->zero_accept_rounds, (long long)st->partial_accept_rounds,
-          (long long)st->full_accept_rounds);
+          (long long)st->zero_accept_rounds, (long long)st->partial_accept_rounds, (long long)st->full_accept_rounds);
         P(" accepted_at=");
         int last = 0;
         for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++)

@@ -173,9 +173,12 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
             st->proposed += nd;
             st->accepted += accepted;
             for (int32_t j = 0; j < nd; j++) st->proposed_at[j]++;
-            if (accepted == 0) st->zero_accept_rounds++;
-            else if (accepted == nd) st->full_accept_rounds++;
-            else st->partial_accept_rounds++;
+            if (accepted == 0)
+                st->zero_accept_rounds++;
+            else if (accepted == nd)
+                st->full_accept_rounds++;
+            else
+                st->partial_accept_rounds++;
         }
         st->draft_ms += t1 - t0;
         st->verify_ms += t2 - t1;
@@ -242,8 +245,16 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
         return LS_ERR_NOMEM;
     }
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
-    gen_state g = {.s = s, .m = ls_session_model(s), .gp = gp, .hist = hist, .n_ctx = n_ctx, .n_vocab = n_vocab,
-                   .budget = budget, .cb = cb, .ud = ud, .st = &st};
+    gen_state g = {.s = s,
+                   .m = ls_session_model(s),
+                   .gp = gp,
+                   .hist = hist,
+                   .n_ctx = n_ctx,
+                   .n_vocab = n_vocab,
+                   .budget = budget,
+                   .cb = cb,
+                   .ud = ud,
+                   .st = &st};
     double t0 = now_ms();
     int rc = ls_session_truncate(s, 0);
     if (spec) gp->drafter->ops->rollback(gp->drafter, 0);

@@ -103,8 +103,7 @@ typedef struct {
     int arm;
 } capture_hook;
 
-static void on_stage(void *ud, int32_t layer, ls_stage st, const float *rows, int32_t n, int64_t width,
-                     int32_t pos0) {
+static void on_stage(void *ud, int32_t layer, ls_stage st, const float *rows, int32_t n, int64_t width, int32_t pos0) {
     capture_hook *h = ud;
     ls_probe_capture_rows(h->cap, h->arm, layer, st, rows, n, width, pos0);
 }
@@ -152,9 +151,8 @@ static int run_arm(ls_session *s, const ls_probe_options *opt, const int32_t *pr
     return LS_OK;
 }
 
-static int run_case(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np,
-                    const int32_t *blk, float *la, float *lb, ls_probe_capture *cap, case_result *cr, char *err,
-                    size_t errlen) {
+static int run_case(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np, const int32_t *blk,
+                    float *la, float *lb, ls_probe_capture *cap, case_result *cr, char *err, size_t errlen) {
     int32_t k = opt->block_size;
     int64_t nv = ls_session_n_vocab(s);
     capture_hook hook = {.cap = cap, .arm = 0};
@@ -276,15 +274,15 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
                  "exactness probe passed: K=%d, %d prompts (%d short + 1 of %d tokens, beyond the sliding window "
                  "%d), %lld logit bytes of verify blocks byte-identical to the single-token chain (threads=%d, "
                  "backend=%s)",
-                 k, N_SHORT + 1, N_SHORT, long_len, cfg->sliding_window, (long long)tot_bytes,
-                 ls_session_n_threads(s), ls_backend_name());
+                 k, N_SHORT + 1, N_SHORT, long_len, cfg->sliding_window, (long long)tot_bytes, ls_session_n_threads(s),
+                 ls_backend_name());
     } else {
         res->block_row = fail_cr.first_row;
         char where[160];
         if (res->localized)
             snprintf(where, sizeof where, "layer %d (%s) %s at position %d", res->layer,
-                     res->layer < 0 ? "output" : (res->layer_sliding ? "sliding" : "full"),
-                     ls_stage_name(res->stage), res->position);
+                     res->layer < 0 ? "output" : (res->layer_sliding ? "sliding" : "full"), ls_stage_name(res->stage),
+                     res->position);
         else
             snprintf(where, sizeof where, "not localized (captured stages identical)");
         snprintf(res->message, sizeof res->message,
@@ -375,8 +373,10 @@ static void disk_cache_write(const char *path, const ls_probe_result *res) {
     FILE *f = fopen(tmp, "w");
     if (!f) return;
     fprintf(f, "%s\n", res->message);
-    if (fclose(f) == 0) rename(tmp, path);
-    else remove(tmp);
+    if (fclose(f) == 0)
+        rename(tmp, path);
+    else
+        remove(tmp);
 }
 
 void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size, ls_probe_result *res) {

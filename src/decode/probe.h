@@ -24,12 +24,12 @@ typedef struct {
 
 typedef struct {
     bool passed;
-    int32_t block_row;    /* first differing verify-block row (failures) */
+    int32_t block_row; /* first differing verify-block row (failures) */
     int64_t diff_bytes, total_bytes;
-    int32_t layer;        /* first divergence: layer (-1 for final-norm / lm-head) */
+    int32_t layer; /* first divergence: layer (-1 for final-norm / lm-head) */
     bool layer_sliding;
     ls_stage stage;
-    int32_t position;     /* absolute position of the first divergence */
+    int32_t position; /* absolute position of the first divergence */
     bool localized;
     char message[512];
 } ls_probe_result;

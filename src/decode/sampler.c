@@ -12,8 +12,15 @@
 
 ls_sampling ls_sampling_default(void) {
     ls_sampling s = {
-        .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.0f,
-        .repeat_last_n = 64, .frequency_penalty = 0.0f, .presence_penalty = 0.0f, .seed = 0,
+        .temperature = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .repeat_last_n = 64,
+        .frequency_penalty = 0.0f,
+        .presence_penalty = 0.0f,
+        .seed = 0,
     };
     return s;
 }
@@ -100,8 +107,8 @@ static void softmax(cand *c, int32_t n, float temp) {
 /* The filtered distribution for one position: candidates sorted by logit (ties: lower id
  * first) with probabilities after top-k, top-p, min-p and temperature. Returns the count,
  * or 0 for greedy (temperature <= 0; *greedy_tok set). *out is malloc'ed; caller frees. */
-int32_t ls_sample_dist(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history,
-                       int32_t pos, ls_cand **out, int32_t *greedy_tok) {
+int32_t ls_sample_dist(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos,
+                       ls_cand **out, int32_t *greedy_tok) {
     *out = NULL;
     const float *l = logits;
     float *copy = NULL;

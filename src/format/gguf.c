@@ -30,12 +30,12 @@
 
 #include "kernels/types.h"
 
-#define GGUF_HEADER_SIZE 24     /* magic, version, tensor count, kv count */
-#define GGUF_MIN_KV_SIZE 13     /* key length + value type + a 1-byte value */
-#define GGUF_MIN_TENSOR_INFO 32 /* name length + n_dims + one ne + type + offset */
-#define GGUF_MIN_ARRAY_SIZE 12  /* element type + count */
+#define GGUF_HEADER_SIZE       24 /* magic, version, tensor count, kv count */
+#define GGUF_MIN_KV_SIZE       13 /* key length + value type + a 1-byte value */
+#define GGUF_MIN_TENSOR_INFO   32 /* name length + n_dims + one ne + type + offset */
+#define GGUF_MIN_ARRAY_SIZE    12 /* element type + count */
 #define GGUF_DEFAULT_ALIGNMENT 32
-#define GGUF_NAME_SHOWN 64 /* bytes of a key / tensor name quoted in messages */
+#define GGUF_NAME_SHOWN        64 /* bytes of a key / tensor name quoted in messages */
 
 /* A name (key or tensor name) and the index of what it names, for the sorted indexes. */
 typedef struct {
@@ -257,33 +257,15 @@ const char *gguf_vtype_name(uint32_t t) {
 static void scalar_decode(uint32_t t, const uint8_t *b, gguf_value *out) {
     out->type = (gguf_vtype)t;
     switch (t) {
-    case GGUF_VT_U8:
-        out->v.u = b[0];
-        break;
-    case GGUF_VT_I8:
-        out->v.i = (int8_t)b[0];
-        break;
-    case GGUF_VT_U16:
-        out->v.u = le16(b);
-        break;
-    case GGUF_VT_I16:
-        out->v.i = (int16_t)le16(b);
-        break;
-    case GGUF_VT_U32:
-        out->v.u = le32(b);
-        break;
-    case GGUF_VT_I32:
-        out->v.i = (int32_t)le32(b);
-        break;
-    case GGUF_VT_U64:
-        out->v.u = le64(b);
-        break;
-    case GGUF_VT_I64:
-        out->v.i = (int64_t)le64(b);
-        break;
-    case GGUF_VT_BOOL: /* llama.cpp accepts any byte as a bool; so do we */
-        out->v.u = b[0] != 0;
-        break;
+    case GGUF_VT_U8: out->v.u = b[0]; break;
+    case GGUF_VT_I8: out->v.i = (int8_t)b[0]; break;
+    case GGUF_VT_U16: out->v.u = le16(b); break;
+    case GGUF_VT_I16: out->v.i = (int16_t)le16(b); break;
+    case GGUF_VT_U32: out->v.u = le32(b); break;
+    case GGUF_VT_I32: out->v.i = (int32_t)le32(b); break;
+    case GGUF_VT_U64: out->v.u = le64(b); break;
+    case GGUF_VT_I64: out->v.i = (int64_t)le64(b); break;
+    case GGUF_VT_BOOL: /* llama.cpp accepts any byte as a bool; so do we */ out->v.u = b[0] != 0; break;
     case GGUF_VT_F32: {
         uint32_t bits = le32(b);
         float x;
@@ -296,8 +278,7 @@ static void scalar_decode(uint32_t t, const uint8_t *b, gguf_value *out) {
         memcpy(&out->v.f, &bits, sizeof out->v.f);
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -512,8 +493,7 @@ static void metadata_parse(gguf_parser *p, gguf_file *f) {
     if (p->failed) return;
     p->at = AT_FILE;
     p->depth = 0;
-    for (uint64_t i = 0; i < f->n_kv; i++)
-        f->kv_index[i] = (gguf_ref){f->kvs[i].key.ptr, f->kvs[i].key.len, i};
+    for (uint64_t i = 0; i < f->n_kv; i++) f->kv_index[i] = (gguf_ref){f->kvs[i].key.ptr, f->kvs[i].key.len, i};
     uint64_t dup = refs_sort(f->kv_index, f->n_kv);
     if (dup < f->n_kv) {
         p->at = AT_KV;
@@ -575,8 +555,7 @@ static void tensor_info_parse(gguf_parser *p, const gguf_file *f, uint64_t i, gg
         return;
     }
     t->n_dims = (int)n_dims;
-    for (int d = 0; d < 4; d++)
-        t->ne[d] = 1;
+    for (int d = 0; d < 4; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < n_dims && !p->failed; d++) {
         uint64_t ne = cur_u64(p, "ne");
         if (!p->failed && (ne == 0 || ne > INT64_MAX))
@@ -651,14 +630,12 @@ static void tensors_parse(gguf_parser *p, gguf_file *f) {
     }
     f->tensors = array_alloc(p, n, sizeof *f->tensors, "tensors");
     f->tensor_index = array_alloc(p, n, sizeof *f->tensor_index, "tensors");
-    for (uint64_t i = 0; i < n && !p->failed; i++)
-        tensor_info_parse(p, f, i, &f->tensors[i], &f->tensor_index[i]);
+    for (uint64_t i = 0; i < n && !p->failed; i++) tensor_info_parse(p, f, i, &f->tensors[i], &f->tensor_index[i]);
     if (p->failed) return;
 
     /* Names were validated in the mapping; copy them once, NUL-terminated, for callers. */
     uint64_t total = 0;
-    for (uint64_t i = 0; i < n; i++)
-        total += f->tensor_index[i].len + 1; /* <= file size + n */
+    for (uint64_t i = 0; i < n; i++) total += f->tensor_index[i].len + 1; /* <= file size + n */
     f->names = array_alloc(p, total, 1, "bytes of tensor names");
     if (p->failed) return;
     char *dst = f->names;

@@ -12,9 +12,19 @@
 #include <stdint.h>
 
 typedef enum {
-    GGUF_VT_U8 = 0, GGUF_VT_I8 = 1, GGUF_VT_U16 = 2, GGUF_VT_I16 = 3, GGUF_VT_U32 = 4, GGUF_VT_I32 = 5,
-    GGUF_VT_F32 = 6, GGUF_VT_BOOL = 7, GGUF_VT_STRING = 8, GGUF_VT_ARRAY = 9, GGUF_VT_U64 = 10,
-    GGUF_VT_I64 = 11, GGUF_VT_F64 = 12,
+    GGUF_VT_U8 = 0,
+    GGUF_VT_I8 = 1,
+    GGUF_VT_U16 = 2,
+    GGUF_VT_I16 = 3,
+    GGUF_VT_U32 = 4,
+    GGUF_VT_I32 = 5,
+    GGUF_VT_F32 = 6,
+    GGUF_VT_BOOL = 7,
+    GGUF_VT_STRING = 8,
+    GGUF_VT_ARRAY = 9,
+    GGUF_VT_U64 = 10,
+    GGUF_VT_I64 = 11,
+    GGUF_VT_F64 = 12,
 } gguf_vtype;
 
 typedef struct {
@@ -37,8 +47,8 @@ struct gguf_value {
         struct {
             gguf_vtype elem;
             uint64_t count;
-            const uint8_t *data;      /* raw little-endian elements (fixed-size element types) */
-            const gguf_value *items;  /* decoded elements for STRING and ARRAY element types, else NULL */
+            const uint8_t *data;     /* raw little-endian elements (fixed-size element types) */
+            const gguf_value *items; /* decoded elements for STRING and ARRAY element types, else NULL */
         } arr;
     } v;
 };
@@ -94,8 +104,8 @@ int gguf_arr_f32(const gguf_value *arr, uint64_t i, float *out);             /* 
 /* Arrays nest at most this deep (an array of arrays is depth 2); deeper files are rejected. */
 #define GGUF_MAX_ARRAY_DEPTH 8
 
-const char *gguf_vtype_name(uint32_t type); /* "u8", "string", ...; "?" if unknown */
-uint32_t gguf_alignment(const gguf_file *f);  /* general.alignment, default 32 */
+const char *gguf_vtype_name(uint32_t type);    /* "u8", "string", ...; "?" if unknown */
+uint32_t gguf_alignment(const gguf_file *f);   /* general.alignment, default 32 */
 uint64_t gguf_data_offset(const gguf_file *f); /* file offset of the data section */
 
 uint64_t gguf_n_tensors(const gguf_file *f);

@@ -26,10 +26,10 @@ typedef struct {
  * (absolute position q_pos[i]) reduces over exactly the keys it may see, in position
  * order: [max(0, q_pos[i] - window + 1), q_pos[i]] (window 0 = all earlier keys). */
 typedef struct {
-    const float *q;      /* [m][n_head * hd] (already normed and rotated, NOT scaled) */
-    float *out;          /* [m][n_head * hd] */
-    const uint16_t *k;   /* [slots][n_kv * hd] f16 */
-    const uint16_t *v;   /* [slots][n_kv * hd] f16 */
+    const float *q;    /* [m][n_head * hd] (already normed and rotated, NOT scaled) */
+    float *out;        /* [m][n_head * hd] */
+    const uint16_t *k; /* [slots][n_kv * hd] f16 */
+    const uint16_t *v; /* [slots][n_kv * hd] f16 */
     int64_t m;
     int32_t n_head, n_kv, hd;
     const int32_t *q_pos; /* [m] */

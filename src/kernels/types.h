@@ -26,17 +26,52 @@ typedef enum {
 #define LS_QK4_0 32
 #define LS_QK5_0 32
 #define LS_QK8_0 32
-#define LS_QK_K 256
+#define LS_QK_K  256
 
-typedef struct { uint16_t d; uint8_t qs[LS_QK4_0 / 2]; } ls_block_q4_0;
-typedef struct { uint16_t d, m; uint8_t qs[LS_QK4_0 / 2]; } ls_block_q4_1;
-typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[LS_QK5_0 / 2]; } ls_block_q5_0;
-typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[LS_QK5_0 / 2]; } ls_block_q5_1;
-typedef struct { uint16_t d; int8_t qs[LS_QK8_0]; } ls_block_q8_0;
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[LS_QK_K / 2]; } ls_block_q4_k;
-typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[LS_QK_K / 8]; uint8_t qs[LS_QK_K / 2]; } ls_block_q5_k;
-typedef struct { uint8_t ql[LS_QK_K / 2]; uint8_t qh[LS_QK_K / 4]; int8_t scales[LS_QK_K / 16]; uint16_t d; } ls_block_q6_k;
-typedef struct { float d; int8_t qs[LS_QK_K]; int16_t bsums[LS_QK_K / 16]; } ls_block_q8_k;
+typedef struct {
+    uint16_t d;
+    uint8_t qs[LS_QK4_0 / 2];
+} ls_block_q4_0;
+typedef struct {
+    uint16_t d, m;
+    uint8_t qs[LS_QK4_0 / 2];
+} ls_block_q4_1;
+typedef struct {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[LS_QK5_0 / 2];
+} ls_block_q5_0;
+typedef struct {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[LS_QK5_0 / 2];
+} ls_block_q5_1;
+typedef struct {
+    uint16_t d;
+    int8_t qs[LS_QK8_0];
+} ls_block_q8_0;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[LS_QK_K / 2];
+} ls_block_q4_k;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[LS_QK_K / 8];
+    uint8_t qs[LS_QK_K / 2];
+} ls_block_q5_k;
+typedef struct {
+    uint8_t ql[LS_QK_K / 2];
+    uint8_t qh[LS_QK_K / 4];
+    int8_t scales[LS_QK_K / 16];
+    uint16_t d;
+} ls_block_q6_k;
+typedef struct {
+    float d;
+    int8_t qs[LS_QK_K];
+    int16_t bsums[LS_QK_K / 16];
+} ls_block_q8_k;
 
 _Static_assert(sizeof(ls_block_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(ls_block_q4_1) == 20, "q4_1 block");

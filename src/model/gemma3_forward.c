@@ -33,8 +33,7 @@ const char *ls_stage_name(ls_stage st) {
  * the block's last row by at least 1 and at least its own magnitude: a one-ulp flip would
  * be absorbed downstream (int8 activation quantization, f16 KV, the next RMSNorm), the
  * logits would not change and the probe would never see it. */
-static void stage_done(ls_session *s, int32_t layer, ls_stage st, float *rows, int32_t n, int64_t width,
-                       int32_t pos0) {
+static void stage_done(ls_session *s, int32_t layer, ls_stage st, float *rows, int32_t n, int64_t width, int32_t pos0) {
     if (s->fault_on && n > 1 && layer == s->fault_layer && st == s->fault_stage) {
         float *x = rows + (int64_t)(n - 1) * width; /* last row of the block */
         x[0] += 1.0f + fabsf(x[0]);
@@ -60,9 +59,19 @@ static void attention_block(ls_session *s, const ls_layer *l, ls_kv_layer *c, in
     ls_kv_commit(c, pos0 + n);
 
     ls_attn_args a = {
-        .q = s->q, .out = s->att, .k = c->k, .v = c->v, .m = n, .n_head = nh, .n_kv = nkv, .hd = hd,
-        .q_pos = s->positions, .first_pos = c->first_pos, .n_slots = c->n,
-        .window = l->sliding ? cfg->sliding_window : 0, .scale = cfg->attn_scale,
+        .q = s->q,
+        .out = s->att,
+        .k = c->k,
+        .v = c->v,
+        .m = n,
+        .n_head = nh,
+        .n_kv = nkv,
+        .hd = hd,
+        .q_pos = s->positions,
+        .first_pos = c->first_pos,
+        .n_slots = c->n,
+        .window = l->sliding ? cfg->sliding_window : 0,
+        .scale = cfg->attn_scale,
     };
     op->attention(be, &a);
     op->matmul(be, &l->wo, s->att, n, s->tmp);

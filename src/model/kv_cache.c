@@ -6,7 +6,9 @@
 
 #include "core/log.h"
 
-uint64_t ls_kv_bytes(int32_t cap, int32_t row) { return 2ull * (uint64_t)cap * (uint64_t)row * sizeof(uint16_t); }
+uint64_t ls_kv_bytes(int32_t cap, int32_t row) {
+    return 2ull * (uint64_t)cap * (uint64_t)row * sizeof(uint16_t);
+}
 
 int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window) {
     memset(c, 0, sizeof *c);

@@ -28,7 +28,9 @@ int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window);
 void ls_kv_free(ls_kv_layer *c);
 
 /* Position just past the last stored key. */
-static inline int32_t ls_kv_end(const ls_kv_layer *c) { return c->first_pos + c->n; }
+static inline int32_t ls_kv_end(const ls_kv_layer *c) {
+    return c->first_pos + c->n;
+}
 
 /* Make room to append m rows at positions [ls_kv_end, +m). Sliding layers compact; returns
  * -1 if it cannot fit (full layer past capacity, or m larger than the slack). */

@@ -10,10 +10,12 @@
 #include "model/model.h"
 #include "model/session.h"
 
-const ls_model *ls_session_model(const ls_session *s) { return s->model; }
+const ls_model *ls_session_model(const ls_session *s) {
+    return s->model;
+}
 
-int64_t ls_model_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
-                    int64_t cap) {
+int64_t ls_model_tokenize(const ls_model *m, const char *text, size_t len, bool add_bos, bool parse_special,
+                          int32_t *out, int64_t cap) {
     return ls_tokenize(m->tok, text, len, add_bos, parse_special, out, cap);
 }
 
@@ -47,7 +49,9 @@ char *ls_chat_apply(const ls_model *m, const ls_message *msgs, int n, char *err,
     return ls_chat_render_gemma3((const ls_chat_msg *)msgs, n, true, err, errlen);
 }
 
-bool ls_token_is_eog(const ls_model *m, int32_t id) { return ls_tokenizer_is_eog(m->tok, id); }
+bool ls_token_is_eog(const ls_model *m, int32_t id) {
+    return ls_tokenizer_is_eog(m->tok, id);
+}
 bool ls_model_same_vocab(const ls_model *a, const ls_model *b) {
     int32_t n = ls_tokenizer_n_vocab(a->tok);
     if (n != ls_tokenizer_n_vocab(b->tok)) return false;
@@ -59,17 +63,27 @@ bool ls_model_same_vocab(const ls_model *a, const ls_model *b) {
     return true;
 }
 
-int32_t ls_token_bos(const ls_model *m) { return ls_tokenizer_bos(m->tok); }
+int32_t ls_token_bos(const ls_model *m) {
+    return ls_tokenizer_bos(m->tok);
+}
 
 int ls_detok_token(const ls_model *m, ls_detok *st, int32_t id, char *out, int cap) {
     return ls_detok_push(m->tok, (ls_detok_state *)st, id, false, out, cap);
 }
 
-int ls_detok_finish(ls_detok *st, char *out, int cap) { return ls_detok_flush((ls_detok_state *)st, out, cap); }
+int ls_detok_finish(ls_detok *st, char *out, int cap) {
+    return ls_detok_flush((ls_detok_state *)st, out, cap);
+}
 
-const char *ls_version(void) { return "0.1.0"; }
-const char *ls_backend_name(void) { return ls_backend_cpu_isa_name(); }
-void ls_set_log_level(int level) { ls_log_set_level((ls_log_level)level); }
+const char *ls_version(void) {
+    return "0.1.0";
+}
+const char *ls_backend_name(void) {
+    return ls_backend_cpu_isa_name();
+}
+void ls_set_log_level(int level) {
+    ls_log_set_level((ls_log_level)level);
+}
 
 _Static_assert(sizeof(ls_message) == sizeof(ls_chat_msg), "ls_message mirrors ls_chat_msg");
 _Static_assert(sizeof(ls_detok) == sizeof(ls_detok_state), "ls_detok mirrors ls_detok_state");

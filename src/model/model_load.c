@@ -52,9 +52,8 @@ static int bind_weight(ls_model *m, const char *name, int64_t rows, int64_t cols
         return -1;
     }
     if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
-        ERRF("model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
-             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)cols,
-             (long long)rows);
+        ERRF("model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name, (long long)t->ne[0],
+             (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)cols, (long long)rows);
         return -1;
     }
     const ls_type_traits *tr = ls_type_get(t->type);
@@ -230,8 +229,7 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
         goto fail;
     }
     if (!(s.len == 6 && memcmp(s.ptr, "gemma3", 6) == 0)) {
-        ERRF("model: architecture '%.*s' is not supported (supported: gemma3)", (int)(s.len > 64 ? 64 : s.len),
-             s.ptr);
+        ERRF("model: architecture '%.*s' is not supported (supported: gemma3)", (int)(s.len > 64 ? 64 : s.len), s.ptr);
         goto fail;
     }
     memcpy(m->arch, s.ptr, s.len);
@@ -240,8 +238,7 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
     if (read_config(m, err, errlen) || bind_tensors(m, err, errlen)) goto fail;
     if (ls_tokenizer_from_gguf(m->gguf, &m->tok, err, errlen) != 0) goto fail;
     if (ls_tokenizer_n_vocab(m->tok) != m->cfg.n_vocab) {
-        ERRF("model: tokenizer has %d tokens but token_embd has %d rows", ls_tokenizer_n_vocab(m->tok),
-             m->cfg.n_vocab);
+        ERRF("model: tokenizer has %d tokens but token_embd has %d rows", ls_tokenizer_n_vocab(m->tok), m->cfg.n_vocab);
         goto fail;
     }
     *out = m;

@@ -115,11 +115,21 @@ void ls_session_free(ls_session *s) {
     free(s);
 }
 
-int32_t ls_session_n_ctx(const ls_session *s) { return s->n_ctx; }
-int32_t ls_session_pos(const ls_session *s) { return s->pos; }
-int32_t ls_session_n_vocab(const ls_session *s) { return s->model->cfg.n_vocab; }
-int32_t ls_session_n_batch(const ls_session *s) { return s->n_batch; }
-int32_t ls_session_n_threads(const ls_session *s) { return s->n_threads; }
+int32_t ls_session_n_ctx(const ls_session *s) {
+    return s->n_ctx;
+}
+int32_t ls_session_pos(const ls_session *s) {
+    return s->pos;
+}
+int32_t ls_session_n_vocab(const ls_session *s) {
+    return s->model->cfg.n_vocab;
+}
+int32_t ls_session_n_batch(const ls_session *s) {
+    return s->n_batch;
+}
+int32_t ls_session_n_threads(const ls_session *s) {
+    return s->n_threads;
+}
 
 int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
                     size_t errlen) {

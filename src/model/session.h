@@ -31,18 +31,18 @@ struct ls_session {
     ls_model *model;
     ls_backend *be;
     int32_t n_ctx, n_batch, n_threads;
-    int32_t pos; /* tokens in the cache */
+    int32_t pos;     /* tokens in the cache */
     ls_kv_layer *kv; /* [n_layer] */
     /* Activations, n_batch rows each. */
-    float *x;    /* [n_batch][n_embd] residual stream */
-    float *xn;   /* [n_batch][n_embd] normed input of a sub-block */
-    float *tmp;  /* [n_batch][n_embd] sub-block output */
-    float *q;    /* [n_batch][n_head * head_dim] */
-    float *k;    /* [n_batch][n_head_kv * head_dim] */
-    float *v;    /* [n_batch][n_head_kv * head_dim] */
-    float *att;  /* [n_batch][n_head * head_dim] */
-    float *gate; /* [n_batch][n_ff] */
-    float *up;   /* [n_batch][n_ff] */
+    float *x;           /* [n_batch][n_embd] residual stream */
+    float *xn;          /* [n_batch][n_embd] normed input of a sub-block */
+    float *tmp;         /* [n_batch][n_embd] sub-block output */
+    float *q;           /* [n_batch][n_head * head_dim] */
+    float *k;           /* [n_batch][n_head_kv * head_dim] */
+    float *v;           /* [n_batch][n_head_kv * head_dim] */
+    float *att;         /* [n_batch][n_head * head_dim] */
+    float *gate;        /* [n_batch][n_ff] */
+    float *up;          /* [n_batch][n_ff] */
     int32_t *positions; /* [n_batch] */
     /* Exactness-probe hooks (NULL / off in normal operation; never set on a request path). */
     ls_capture_fn capture;

@@ -32,10 +32,14 @@ bool lsr_utf8_valid(const char *str, size_t len) {
         }
         int n;
         unsigned cp, min;
-        if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F, min = 0x80;
-        else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F, min = 0x800;
-        else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07, min = 0x10000;
-        else return false;
+        if ((c & 0xE0) == 0xC0)
+            n = 1, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0)
+            n = 2, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0)
+            n = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return false;
         if (i + (size_t)n >= len) return false; /* truncated */
         for (int k = 1; k <= n; k++) {
             unsigned cc = s[i + (size_t)k];
@@ -94,8 +98,7 @@ static int get_int(const cJSON *obj, const char *name, double lo, double hi, boo
 static int dup_string(const cJSON *f, const char *param, char **out, lsr_error *err) {
     const char *s = f->valuestring;
     size_t n = strlen(s);
-    if (!lsr_utf8_valid(s, n))
-        return lsr_fail(err, 400, param, "invalid_utf8", "'%s' is not valid UTF-8", param);
+    if (!lsr_utf8_valid(s, n)) return lsr_fail(err, 400, param, "invalid_utf8", "'%s' is not valid UTF-8", param);
     *out = malloc(n + 1);
     if (!*out) return lsr_fail(err, 500, param, NULL, "out of memory");
     memcpy(*out, s, n + 1);
@@ -143,8 +146,10 @@ static int parse_content(const cJSON *c, const char *param, char **out, lsr_erro
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
             !cJSON_IsString(text))
-            return lsr_fail(err, 400, param, "invalid_value", "'%s': only {\"type\": \"text\", \"text\": ...} parts "
-                            "are supported", param);
+            return lsr_fail(err, 400, param, "invalid_value",
+                            "'%s': only {\"type\": \"text\", \"text\": ...} parts "
+                            "are supported",
+                            param);
         total += strlen(text->valuestring);
     }
     char *buf = malloc(total + 1);
@@ -190,8 +195,8 @@ static int parse_messages(const cJSON *root, lsr_request *r, lsr_error *err) {
                             : !strcmp(rs, "assistant")                        ? "assistant"
                                                                               : NULL;
         if (!canon)
-            return lsr_fail(err, 400, param, "invalid_value",
-                            "'%s' must be one of system, developer, user, assistant", param);
+            return lsr_fail(err, 400, param, "invalid_value", "'%s' must be one of system, developer, user, assistant",
+                            param);
         r->messages[i].role = canon; /* static string */
         snprintf(param, sizeof param, "messages[%d].content", i);
         char *content = NULL;

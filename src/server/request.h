@@ -13,9 +13,9 @@
 #include "lockstep.h"
 
 enum {
-    LSR_MAX_STOP = 4,           /* like OpenAI */
-    LSR_MAX_STOP_LEN = 256,     /* bytes per stop sequence */
-    LSR_MAX_TOKENS = 1 << 24,   /* max_tokens upper bound (the context bounds it further) */
+    LSR_MAX_STOP = 4,         /* like OpenAI */
+    LSR_MAX_STOP_LEN = 256,   /* bytes per stop sequence */
+    LSR_MAX_TOKENS = 1 << 24, /* max_tokens upper bound (the context bounds it further) */
     LSR_MAX_MESSAGES = 4096,
 };
 
@@ -29,8 +29,8 @@ typedef struct {
     int n_messages;
     /* LSR_COMPLETION: the prompt text. */
     char *prompt;
-    char *model;         /* NULL if absent (informational only) */
-    int32_t max_tokens;  /* -1 = not given */
+    char *model;        /* NULL if absent (informational only) */
+    int32_t max_tokens; /* -1 = not given */
     /* Sampling: *_set says the client gave the field; otherwise the server's defaults apply. */
     bool temperature_set, top_p_set, top_k_set, min_p_set, seed_set;
     float temperature, top_p, min_p, presence_penalty, frequency_penalty, repeat_penalty;
@@ -43,10 +43,10 @@ typedef struct {
 } lsr_request;
 
 typedef struct {
-    int status;        /* HTTP status: 400, ... */
+    int status; /* HTTP status: 400, ... */
     char message[256];
-    char param[64];    /* "" = null */
-    char code[64];     /* "" = null */
+    char param[64]; /* "" = null */
+    char code[64];  /* "" = null */
 } lsr_error;
 
 /* Parse and validate a /v1/chat/completions (LSR_CHAT) or /v1/completions body. Returns 0

@@ -4,7 +4,9 @@
 
 #include "stop.h"
 
-void lss_stop_init(lss_stopbuf *b) { memset(b, 0, sizeof *b); }
+void lss_stop_init(lss_stopbuf *b) {
+    memset(b, 0, sizeof *b);
+}
 
 void lss_stop_free(lss_stopbuf *b) {
     free(b->text);
@@ -64,4 +66,6 @@ int lss_stop_append(lss_stopbuf *b, const char *s, size_t n, char *const *stops,
     return 0;
 }
 
-void lss_stop_finish(lss_stopbuf *b) { b->sent = b->len; }
+void lss_stop_finish(lss_stopbuf *b) {
+    b->sent = b->len;
+}

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 typedef struct {
-    char *text;  /* everything accepted so far (NUL-terminated); trimmed at a stop match */
+    char *text; /* everything accepted so far (NUL-terminated); trimmed at a stop match */
     size_t len, cap;
     size_t sent; /* text[0, sent) is final and may be sent to the client */
     bool hit;    /* a stop sequence was found: text ends where it started */

@@ -48,7 +48,9 @@ static void sb_put(chat_sb *b, const char *s, size_t n) {
     b->buf[b->len] = '\0';
 }
 
-static void sb_puts(chat_sb *b, const char *s) { sb_put(b, s, strlen(s)); }
+static void sb_puts(chat_sb *b, const char *s) {
+    sb_put(b, s, strlen(s));
+}
 
 static void chat_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void chat_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -102,8 +104,8 @@ char *ls_chat_render_gemma3(const ls_chat_msg *msgs, int n, bool add_generation_
     for (int i = 0; i < n; i++) {
         chat_role role = parse_role(msgs[i].role);
         if (role == ROLE_BAD) {
-            chat_err(err, errlen, "chat: message %d has unknown role '%s' (want system, user, assistant or model)",
-                     i, msgs[i].role ? msgs[i].role : "(null)");
+            chat_err(err, errlen, "chat: message %d has unknown role '%s' (want system, user, assistant or model)", i,
+                     msgs[i].role ? msgs[i].role : "(null)");
             return NULL;
         }
         if (!msgs[i].content) {

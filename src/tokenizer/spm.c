@@ -27,8 +27,8 @@
 #include "tokenizer/utf8.h"
 
 typedef struct {
-    const char *text; /* into the escaped buffer */
-    uint32_t n;       /* bytes; 0 once merged into its left neighbour */
+    const char *text;   /* into the escaped buffer */
+    uint32_t n;         /* bytes; 0 once merged into its left neighbour */
     int32_t prev, next; /* -1 at the ends */
 } spm_sym;
 
@@ -104,8 +104,8 @@ static inline int64_t spm_emit(int32_t *out, int64_t cap, int64_t n, int32_t id)
     return n + 1;
 }
 
-int64_t ls_spm_encode(const ls_tokenizer *t, const char *text, size_t len, bool space_prefix, int32_t *out,
-                      int64_t cap, int64_t n) {
+int64_t ls_spm_encode(const ls_tokenizer *t, const char *text, size_t len, bool space_prefix, int32_t *out, int64_t cap,
+                      int64_t n) {
     if (!t || (!text && len) || n < 0 || len > ((size_t)1 << 28)) return -1;
     /* 1. escape */
     char *esc = malloc(3 * len + 3 + 1);

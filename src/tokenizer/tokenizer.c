@@ -37,10 +37,10 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
-#define TOK_MAX_VOCAB (1 << 24)     /* far above any real vocab; bounds the allocations */
-#define TOK_MAX_BLOB (1ull << 31)   /* total bytes of all token texts */
-#define TOK_MAX_TEXT ((size_t)1 << 28) /* ls_tokenize input limit (escaping triples it) */
-#define TOK_MAX_EOG 16
+#define TOK_MAX_VOCAB (1 << 24)         /* far above any real vocab; bounds the allocations */
+#define TOK_MAX_BLOB  (1ull << 31)      /* total bytes of all token texts */
+#define TOK_MAX_TEXT  ((size_t)1 << 28) /* ls_tokenize input limit (escaping triples it) */
+#define TOK_MAX_EOG   16
 
 typedef struct {
     int32_t id;
@@ -55,11 +55,11 @@ typedef struct {
 
 struct ls_tokenizer {
     int32_t n_vocab;
-    char *blob;      /* all token texts, each followed by a NUL: [sum(len + 1)] */
-    uint32_t *offs;  /* [n_vocab] start of each text in blob */
-    uint32_t *lens;  /* [n_vocab] text length */
-    float *scores;   /* [n_vocab] */
-    uint8_t *types;  /* [n_vocab] LS_TOKEN_* (after the EOG override) */
+    char *blob;     /* all token texts, each followed by a NUL: [sum(len + 1)] */
+    uint32_t *offs; /* [n_vocab] start of each text in blob */
+    uint32_t *lens; /* [n_vocab] text length */
+    float *scores;  /* [n_vocab] */
+    uint8_t *types; /* [n_vocab] LS_TOKEN_* (after the EOG override) */
 
     /* text -> id, open addressing with linear probing: [hash_mask + 1] slots, id -1 = empty.
      * Each slot keeps the full 32-bit hash so that probing past other entries compares
@@ -174,8 +174,10 @@ static int build_len_classes(const ls_tokenizer *t, bool user_only, tok_len_clas
         int lo = 0, hi = m - 1; /* binary search in descending lengths */
         while (lo < hi) {
             int mid = (lo + hi) / 2;
-            if (cls[mid].len > t->lens[i]) lo = mid + 1;
-            else hi = mid;
+            if (cls[mid].len > t->lens[i])
+                lo = mid + 1;
+            else
+                hi = mid;
         }
         uint8_t b = (uint8_t)t->blob[t->offs[i]];
         cls[lo].first[b >> 6] |= 1ull << (b & 63);
@@ -191,20 +193,62 @@ static int build_len_classes(const ls_tokenizer *t, bool user_only, tok_len_clas
  * per FIM/EOT role; a vocab with two spellings of one role would differ. No SPM vocab we
  * know of has that.) */
 static const char *const control_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-    "[EOT]", "<end_of_utterance>", "<|eom_id|>", "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>",
-    "<|code_prefix|>", "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "<|code_suffix|>",
-    "<|suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "<|code_middle|>", "<|middle|>",
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-    "<REPO>", "<reponame>", "<|file_sep|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "</s>", "[EOS]",
-    "<eos>", "<turn|>", "<|tool_response>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<end_of_utterance>",
+    "<|eom_id|>",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<PAD>",
+    "[PAD]",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+    "<|file_sep|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "</s>",
+    "[EOS]",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
 };
 
 /* Texts that end generation: llama.cpp's EOG list minus "</s>", which llama.cpp added for
  * PaddleOCR and which, matched by text, would make Gemma 3 stop on the HTML tag "</s>". */
 static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
-    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
 };
 
 static void add_eog(ls_tokenizer *t, int32_t id) {
@@ -304,8 +348,10 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
     uint64_t pos = 0;
     for (int32_t i = 0; i < n; i++) {
         size_t len = (size_t)d->lens[i];
-        if (len) memcpy(t->blob + pos, d->texts[i], len);
-        else len = (size_t)snprintf(t->blob + pos, 25, "[EMPTY_%d]", (int)i); /* as llama.cpp names it */
+        if (len)
+            memcpy(t->blob + pos, d->texts[i], len);
+        else
+            len = (size_t)snprintf(t->blob + pos, 25, "[EMPTY_%d]", (int)i); /* as llama.cpp names it */
         t->blob[pos + len] = '\0';
         t->offs[i] = (uint32_t)pos;
         t->lens[i] = (uint32_t)len;
@@ -483,13 +529,15 @@ int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, si
         return -1;
     }
     rc = gguf_get_arr(f, "tokenizer.ggml.scores", &scores);
-    if (rc == -1) scores = NULL; /* optional, as in llama.cpp: all 0 */
+    if (rc == -1)
+        scores = NULL; /* optional, as in llama.cpp: all 0 */
     else if (rc != 0 || scores->v.arr.elem != GGUF_VT_F32 || scores->v.arr.count != n || !scores->v.arr.data) {
         set_err(err, errlen, "tokenizer: tokenizer.ggml.scores must be %llu f32 values", (unsigned long long)n);
         return -1;
     }
     rc = gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
-    if (rc == -1) types = NULL; /* optional: all normal */
+    if (rc == -1)
+        types = NULL; /* optional: all normal */
     else if (rc != 0 || (types->v.arr.elem != GGUF_VT_I32 && types->v.arr.elem != GGUF_VT_U32) ||
              types->v.arr.count != n || !types->v.arr.data) {
         set_err(err, errlen, "tokenizer: tokenizer.ggml.token_type must be %llu i32 values", (unsigned long long)n);
@@ -555,12 +603,22 @@ done:
  * Accessors
  * --------------------------------------------------------------------------------------- */
 
-static bool valid_id(const ls_tokenizer *t, int32_t id) { return t && id >= 0 && id < t->n_vocab; }
+static bool valid_id(const ls_tokenizer *t, int32_t id) {
+    return t && id >= 0 && id < t->n_vocab;
+}
 
-int32_t ls_tokenizer_n_vocab(const ls_tokenizer *t) { return t ? t->n_vocab : 0; }
-int32_t ls_tokenizer_bos(const ls_tokenizer *t) { return t ? t->bos : -1; }
-int32_t ls_tokenizer_eos(const ls_tokenizer *t) { return t ? t->eos : -1; }
-bool ls_tokenizer_add_bos(const ls_tokenizer *t) { return t && t->add_bos; }
+int32_t ls_tokenizer_n_vocab(const ls_tokenizer *t) {
+    return t ? t->n_vocab : 0;
+}
+int32_t ls_tokenizer_bos(const ls_tokenizer *t) {
+    return t ? t->bos : -1;
+}
+int32_t ls_tokenizer_eos(const ls_tokenizer *t) {
+    return t ? t->eos : -1;
+}
+bool ls_tokenizer_add_bos(const ls_tokenizer *t) {
+    return t && t->add_bos;
+}
 
 bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id) {
     if (!valid_id(t, id)) return false;
@@ -569,8 +627,12 @@ bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id) {
     return false;
 }
 
-int ls_tokenizer_token_type(const ls_tokenizer *t, int32_t id) { return valid_id(t, id) ? t->types[id] : -1; }
-float ls_tokenizer_token_score(const ls_tokenizer *t, int32_t id) { return valid_id(t, id) ? t->scores[id] : 0.0f; }
+int ls_tokenizer_token_type(const ls_tokenizer *t, int32_t id) {
+    return valid_id(t, id) ? t->types[id] : -1;
+}
+float ls_tokenizer_token_score(const ls_tokenizer *t, int32_t id) {
+    return valid_id(t, id) ? t->scores[id] : 0.0f;
+}
 
 const char *ls_tokenizer_token_text(const ls_tokenizer *t, int32_t id, size_t *len) {
     if (!valid_id(t, id)) return NULL;
@@ -578,14 +640,16 @@ const char *ls_tokenizer_token_text(const ls_tokenizer *t, int32_t id, size_t *l
     return t->blob + t->offs[id];
 }
 
-int32_t ls_tokenizer_byte_token(const ls_tokenizer *t, uint8_t byte) { return t ? t->byte_tok[byte] : -1; }
+int32_t ls_tokenizer_byte_token(const ls_tokenizer *t, uint8_t byte) {
+    return t ? t->byte_tok[byte] : -1;
+}
 
 /* ---------------------------------------------------------------------------------------
  * Decoding
  * --------------------------------------------------------------------------------------- */
 
 int ls_token_piece(const ls_tokenizer *t, int32_t id, bool render_special, const char **p, size_t *n, bool *unescape) {
-#define B4(x) x, x + 1, x + 2, x + 3
+#define B4(x)  x, x + 1, x + 2, x + 3
 #define B16(x) B4(x), B4(x + 4), B4(x + 8), B4(x + 12)
 #define B64(x) B16(x), B16(x + 16), B16(x + 32), B16(x + 48)
     static const unsigned char byte_chars[256] = {B64(0), B64(64), B64(128), B64(192)};
@@ -602,9 +666,7 @@ int ls_token_piece(const ls_tokenizer *t, int32_t id, bool render_special, const
         *n = t->lens[id];
         *unescape = true;
         break;
-    case LS_TOKEN_USER_DEFINED:
-        *n = t->lens[id];
-        break;
+    case LS_TOKEN_USER_DEFINED: *n = t->lens[id]; break;
     case LS_TOKEN_CONTROL:
     case LS_TOKEN_UNKNOWN:
         if (render_special) *n = t->lens[id];
@@ -613,8 +675,7 @@ int ls_token_piece(const ls_tokenizer *t, int32_t id, bool render_special, const
         *p = (const char *)&byte_chars[parse_byte_text(s, t->lens[id])]; /* validated at load */
         *n = 1;
         break;
-    default: /* UNDEFINED, UNUSED: llama.cpp renders nothing */
-        break;
+    default: /* UNDEFINED, UNUSED: llama.cpp renders nothing */ break;
     }
     return 0;
 }
@@ -677,8 +738,7 @@ static int push_match(tok_match **a, size_t *n, size_t *cap, tok_match m) {
 
 /* Finds the special-token occurrences llama.cpp's partition would take, sorted by
  * position. Returns their count (*out malloc'ed, NULL when 0) or -1 on allocation failure. */
-static int64_t tok_partition(const ls_tokenizer *t, const char *text, size_t len, bool parse_special,
-                             tok_match **out) {
+static int64_t tok_partition(const ls_tokenizer *t, const char *text, size_t len, bool parse_special, tok_match **out) {
     const tok_len_class *cls = parse_special ? t->sp_cls : t->sp_cls_user;
     int n_cls = parse_special ? t->n_sp_cls : t->n_sp_cls_user;
     const int32_t *ids = parse_special ? t->sp_any : t->sp_user;
@@ -723,8 +783,8 @@ oom:
     return -1;
 }
 
-int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
-                    int32_t *out, int64_t cap) {
+int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
+                    int64_t cap) {
     if (!t || (!text && len) || cap < 0 || (!out && cap > 0) || len > TOK_MAX_TEXT) return -1;
     int64_t n = 0;
     if (add_bos) {

@@ -31,8 +31,8 @@ int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *text);
  * either mode, exactly as llama.cpp does (docs/tokenizer.md).
  * Writes up to cap ids to out and returns the total count (may exceed cap: call again with a
  * larger buffer), or -1 on error. */
-int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
-                    int32_t *out, int64_t cap);
+int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
+                    int64_t cap);
 
 /* The raw bytes a token stands for (byte-fallback tokens give their single byte; control
  * tokens give their text only if render_special, else nothing). Returns byte count written
@@ -109,7 +109,7 @@ int ls_token_piece(const ls_tokenizer *t, int32_t id, bool render_special, const
  * spaces become U+2581 (plus one leading U+2581 if space_prefix), then symbols merge by
  * score. Ids go to out[n..cap); returns the new total count, or -1 (missing byte token,
  * allocation failure). */
-int64_t ls_spm_encode(const ls_tokenizer *t, const char *text, size_t len, bool space_prefix, int32_t *out,
-                      int64_t cap, int64_t n);
+int64_t ls_spm_encode(const ls_tokenizer *t, const char *text, size_t len, bool space_prefix, int32_t *out, int64_t cap,
+                      int64_t n);
 
 #endif

@@ -36,10 +36,14 @@ static int utf8_need(uint8_t b) {
 static bool utf8_cont_ok(uint8_t lead, int pos, uint8_t b) {
     uint8_t lo = 0x80, hi = 0xBF;
     if (pos == 1) {
-        if (lead == 0xE0) lo = 0xA0;
-        else if (lead == 0xED) hi = 0x9F;
-        else if (lead == 0xF0) lo = 0x90;
-        else if (lead == 0xF4) hi = 0x8F;
+        if (lead == 0xE0)
+            lo = 0xA0;
+        else if (lead == 0xED)
+            hi = 0x9F;
+        else if (lead == 0xF0)
+            lo = 0x90;
+        else if (lead == 0xF4)
+            hi = 0x8F;
     }
     return b >= lo && b <= hi;
 }

@@ -34,8 +34,7 @@ bool ls_utf8_is_py_space(uint32_t cp);
  * subpart, as WHATWG and Python's "replace" handler do). out == NULL only counts.
  * Returns the bytes produced (written when out != NULL); the caller checks capacity with a
  * counting pass first, so a real pass never overruns. Returns -1 if *n_pending is corrupt. */
-int64_t ls_utf8_stream_feed(char pending[8], int *n_pending, const char *in, size_t n, bool unescape_spaces,
-                            char *out);
+int64_t ls_utf8_stream_feed(char pending[8], int *n_pending, const char *in, size_t n, bool unescape_spaces, char *out);
 /* End of stream: an unfinished sequence becomes U+FFFD. Same return convention. */
 int64_t ls_utf8_stream_flush(char pending[8], int *n_pending, char *out);
 

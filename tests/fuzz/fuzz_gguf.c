@@ -29,8 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static volatile uint8_t g_sink; /* keeps the reads from being optimized away */
 
 static void touch(const void *p, uint64_t n) {
-    for (uint64_t i = 0; i < n; i++)
-        g_sink ^= ((const uint8_t *)p)[i];
+    for (uint64_t i = 0; i < n; i++) g_sink ^= ((const uint8_t *)p)[i];
 }
 
 static void walk_value(const gguf_value *v, int depth) {
@@ -94,8 +93,7 @@ static void walk_kv(const gguf_file *f, const gguf_kv *kv) {
 
 static void walk_tensor(const gguf_file *f, const gguf_tensor *t, const uint8_t *data, size_t size) {
     CHECK(t->n_dims >= 1 && t->n_dims <= 4);
-    for (int d = 0; d < 4; d++)
-        CHECK(t->ne[d] >= 1 && (d < t->n_dims || t->ne[d] == 1));
+    for (int d = 0; d < 4; d++) CHECK(t->ne[d] >= 1 && (d < t->n_dims || t->ne[d] == 1));
     CHECK(t->nbytes > 0);
     CHECK(t->offset % gguf_alignment(f) == 0);
     const uint8_t *p = t->data;
@@ -116,11 +114,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(gguf_version(f) == 2 || gguf_version(f) == 3);
     uint32_t align = gguf_alignment(f);
     CHECK(align != 0 && (align & (align - 1)) == 0);
-    for (uint64_t i = 0; i < gguf_n_kv(f); i++)
-        walk_kv(f, gguf_kv_at(f, i));
+    for (uint64_t i = 0; i < gguf_n_kv(f); i++) walk_kv(f, gguf_kv_at(f, i));
     CHECK(gguf_kv_at(f, gguf_n_kv(f)) == NULL);
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++)
-        walk_tensor(f, gguf_tensor_at(f, i), data, size);
+    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) walk_tensor(f, gguf_tensor_at(f, i), data, size);
     CHECK(gguf_tensor_at(f, gguf_n_tensors(f)) == NULL);
     gguf_close(f);
     return 0;

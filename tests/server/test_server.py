@@ -551,15 +551,18 @@ def test_queue_full_503(key_server):
     before = count_503()
     held = []
     try:
-        # 1 slot + 2 queue places: three long streams fill them, the fourth request gets 503.
-        for _ in range(3):
-            held.append(_send_only(base, {"prompt": STORY, "max_tokens": 1000, "stream": True}, auth))
-        deadline = time.time() + 30
+        # 1 slot + 2 queue places: long streams fill them, then one more request gets 503. A
+        # held stream may end early (EOS) on a slow (sanitizer) build, so keep topping up until
+        # /health shows the slot busy and the queue full.
+        deadline = time.time() + 60
+        h = None
         while time.time() < deadline:
             h = get("/health", base=base)[2]
             if h["slots"]["processing"] == 1 and h["queue"]["depth"] == 2:
                 break
-            time.sleep(0.05)
+            if h["slots"]["processing"] + h["queue"]["depth"] < 3 and len(held) < 24:
+                held.append(_send_only(base, {"prompt": STORY, "max_tokens": 1000, "stream": True}, auth))
+            time.sleep(0.2)
         assert h["slots"]["processing"] == 1 and h["queue"]["depth"] == 2, h
         st, hdrs, body = post("/v1/completions", {"prompt": STORY, "max_tokens": 4}, base=base, headers=auth)
         assert_error(st, body, 503, code="server_busy")
@@ -569,7 +572,7 @@ def test_queue_full_503(key_server):
             s.close()
     # the running one is cancelled, the queued ones are dropped: all within a few seconds
     wait_idle(base, timeout=10)
-    assert count_503() == before + 1
+    assert count_503() >= before + 1
 
 
 def test_sigterm_cancels_and_exits_zero(key_server):

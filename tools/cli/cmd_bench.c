@@ -41,7 +41,9 @@ int cmd_bench(int argc, char **argv) {
         case 'n': ok = cli_parse_i32("-n", optarg, 1, 16384, &n_tg); break;
         case 'r': ok = cli_parse_i32("-r", optarg, 1, 100, &reps); break;
         case 'h': printf("usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5]\n"); return CLI_OK;
-        default: fprintf(stderr, "usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5]\n"); return CLI_USAGE;
+        default:
+            fprintf(stderr, "usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5]\n");
+            return CLI_USAGE;
         }
         if (!ok) return CLI_USAGE;
     }

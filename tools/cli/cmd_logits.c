@@ -32,7 +32,8 @@ static int32_t *parse_tokens(const char *s, int32_t *n) {
         }
         ids[k++] = (int32_t)v;
         p = end;
-        if (*p == ',') p++;
+        if (*p == ',')
+            p++;
         else if (*p) {
             fprintf(stderr, "lockstep: --tokens: unexpected '%c'\n", *p);
             free(ids);
@@ -51,11 +52,11 @@ static int32_t *parse_tokens(const char *s, int32_t *n) {
 int cmd_logits(int argc, char **argv) {
     enum { O_TOKENS = 256, O_MODE };
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
-        {"file", required_argument, 0, 'f'},  {"tokens", required_argument, 0, O_TOKENS},
+        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
+        {"file", required_argument, 0, 'f'},    {"tokens", required_argument, 0, O_TOKENS},
         {"mode", required_argument, 0, O_MODE}, {"output", required_argument, 0, 'o'},
         {"threads", required_argument, 0, 't'}, {"ctx-size", required_argument, 0, 'c'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     cli_common c = {0};
     const char *tokens_arg = NULL, *mode = "prefill", *outp = NULL;
     optind = 1;

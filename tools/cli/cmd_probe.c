@@ -15,12 +15,10 @@ static void probe_usage(FILE *f) {
 
 int cmd_probe(int argc, char **argv) {
     enum { O_DBS = 256, O_TRACE };
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"draft-block-size", required_argument, 0, O_DBS},
-                                         {"trace", no_argument, 0, O_TRACE},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"draft-block-size", required_argument, 0, O_DBS},
+        {"trace", no_argument, 0, O_TRACE},   {"threads", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     cli_common c = {0};
     int32_t k = 0;
     const char *tr = getenv("LOCKSTEP_PROBE_TRACE");

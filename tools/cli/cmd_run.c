@@ -35,25 +35,58 @@ static bool write_out(const char *text, size_t len, void *ud) {
 
 int cmd_run(int argc, char **argv) {
     enum {
-        O_CHAT = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_REPN, O_FREQ, O_PRES, O_SEED, O_IGN, O_STATS,
-        O_DRAFT, O_MDRAFT, O_DBS, O_NGMIN, O_NGMAX, O_SPECS, O_NOADAPT, O_INEXACT, O_TRACE
+        O_CHAT = 256,
+        O_TEMP,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_REP,
+        O_REPN,
+        O_FREQ,
+        O_PRES,
+        O_SEED,
+        O_IGN,
+        O_STATS,
+        O_DRAFT,
+        O_MDRAFT,
+        O_DBS,
+        O_NGMIN,
+        O_NGMAX,
+        O_SPECS,
+        O_NOADAPT,
+        O_INEXACT,
+        O_TRACE
     };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
-        {"file", required_argument, 0, 'f'}, {"n-predict", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'}, {"ctx-size", required_argument, 0, 'c'},
-        {"batch-size", required_argument, 0, 'b'}, {"chat", no_argument, 0, O_CHAT},
-        {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
-        {"top-p", required_argument, 0, O_TOPP}, {"min-p", required_argument, 0, O_MINP},
-        {"repeat-penalty", required_argument, 0, O_REP}, {"repeat-last-n", required_argument, 0, O_REPN},
-        {"frequency-penalty", required_argument, 0, O_FREQ}, {"presence-penalty", required_argument, 0, O_PRES},
-        {"seed", required_argument, 0, O_SEED}, {"ignore-eos", no_argument, 0, O_IGN},
-        {"stats", no_argument, 0, O_STATS}, {"draft", required_argument, 0, O_DRAFT},
-        {"model-draft", required_argument, 0, O_MDRAFT}, {"draft-block-size", required_argument, 0, O_DBS},
-        {"draft-ngram-min", required_argument, 0, O_NGMIN}, {"draft-ngram-max", required_argument, 0, O_NGMAX},
-        {"spec-sampling", required_argument, 0, O_SPECS}, {"no-adaptive", no_argument, 0, O_NOADAPT},
-        {"allow-inexact", no_argument, 0, O_INEXACT}, {"trace", no_argument, 0, O_TRACE},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"file", required_argument, 0, 'f'},
+                                         {"n-predict", required_argument, 0, 'n'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"ctx-size", required_argument, 0, 'c'},
+                                         {"batch-size", required_argument, 0, 'b'},
+                                         {"chat", no_argument, 0, O_CHAT},
+                                         {"temp", required_argument, 0, O_TEMP},
+                                         {"top-k", required_argument, 0, O_TOPK},
+                                         {"top-p", required_argument, 0, O_TOPP},
+                                         {"min-p", required_argument, 0, O_MINP},
+                                         {"repeat-penalty", required_argument, 0, O_REP},
+                                         {"repeat-last-n", required_argument, 0, O_REPN},
+                                         {"frequency-penalty", required_argument, 0, O_FREQ},
+                                         {"presence-penalty", required_argument, 0, O_PRES},
+                                         {"seed", required_argument, 0, O_SEED},
+                                         {"ignore-eos", no_argument, 0, O_IGN},
+                                         {"stats", no_argument, 0, O_STATS},
+                                         {"draft", required_argument, 0, O_DRAFT},
+                                         {"model-draft", required_argument, 0, O_MDRAFT},
+                                         {"draft-block-size", required_argument, 0, O_DBS},
+                                         {"draft-ngram-min", required_argument, 0, O_NGMIN},
+                                         {"draft-ngram-max", required_argument, 0, O_NGMAX},
+                                         {"spec-sampling", required_argument, 0, O_SPECS},
+                                         {"no-adaptive", no_argument, 0, O_NOADAPT},
+                                         {"allow-inexact", no_argument, 0, O_INEXACT},
+                                         {"trace", no_argument, 0, O_TRACE},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     cli_common c = {0};
     ls_gen_params gp = ls_gen_default_params();
     bool chat = false, stats = false, seed_set = false;
@@ -82,9 +115,14 @@ int cmd_run(int argc, char **argv) {
         case O_MINP: ok = cli_parse_f32("--min-p", optarg, 0, 1, &gp.sampling.min_p); break;
         case O_REP: ok = cli_parse_f32("--repeat-penalty", optarg, 0, 100, &gp.sampling.repeat_penalty); break;
         case O_REPN: ok = cli_parse_i32("--repeat-last-n", optarg, -1, 1 << 24, &gp.sampling.repeat_last_n); break;
-        case O_FREQ: ok = cli_parse_f32("--frequency-penalty", optarg, -100, 100, &gp.sampling.frequency_penalty); break;
+        case O_FREQ:
+            ok = cli_parse_f32("--frequency-penalty", optarg, -100, 100, &gp.sampling.frequency_penalty);
+            break;
         case O_PRES: ok = cli_parse_f32("--presence-penalty", optarg, -100, 100, &gp.sampling.presence_penalty); break;
-        case O_SEED: ok = cli_parse_u64("--seed", optarg, &gp.sampling.seed); seed_set = true; break;
+        case O_SEED:
+            ok = cli_parse_u64("--seed", optarg, &gp.sampling.seed);
+            seed_set = true;
+            break;
         case O_IGN: gp.ignore_eos = true; break;
         case O_STATS: stats = true; break;
         case O_DRAFT: draft_kind = optarg; break;
@@ -93,8 +131,10 @@ int cmd_run(int argc, char **argv) {
         case O_NGMIN: ok = cli_parse_i32("--draft-ngram-min", optarg, 1, 64, &ng_min); break;
         case O_NGMAX: ok = cli_parse_i32("--draft-ngram-max", optarg, 1, 64, &ng_max); break;
         case O_SPECS:
-            if (!strcmp(optarg, "exact")) gp.spec_sampling = LS_SPEC_EXACT;
-            else if (!strcmp(optarg, "rejection")) gp.spec_sampling = LS_SPEC_REJECTION;
+            if (!strcmp(optarg, "exact"))
+                gp.spec_sampling = LS_SPEC_EXACT;
+            else if (!strcmp(optarg, "rejection"))
+                gp.spec_sampling = LS_SPEC_REJECTION;
             else {
                 fprintf(stderr, "lockstep: --spec-sampling must be exact or rejection\n");
                 ok = false;

@@ -5,16 +5,15 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lockstep <command> [options]\n"
-            "commands:\n"
-            "  run       generate text            (lockstep run -h)\n"
-            "  tokenize  print token ids          (lockstep tokenize -h)\n"
-            "  logits    dump float32 logits      (lockstep logits -h)\n"
-            "  bench     prefill/decode tok/s     (lockstep bench -h)\n"
-            "  probe     exactness probe          (lockstep probe -h)\n"
-            "  serve     OpenAI-compatible server (lockstep serve -h)\n"
-            "  version   print the version\n");
+    fprintf(f, "usage: lockstep <command> [options]\n"
+               "commands:\n"
+               "  run       generate text            (lockstep run -h)\n"
+               "  tokenize  print token ids          (lockstep tokenize -h)\n"
+               "  logits    dump float32 logits      (lockstep logits -h)\n"
+               "  bench     prefill/decode tok/s     (lockstep bench -h)\n"
+               "  probe     exactness probe          (lockstep probe -h)\n"
+               "  serve     OpenAI-compatible server (lockstep serve -h)\n"
+               "  version   print the version\n");
 }
 
 int main(int argc, char **argv) {

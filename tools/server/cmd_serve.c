@@ -13,19 +13,18 @@
 #include "server.h"
 
 static void serve_usage(FILE *f) {
-    fprintf(f,
-            "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N]\n"
-            "                      [--api-key KEY] [--draft ngram|model] [--model-draft PATH]\n"
-            "                      [--draft-block-size K] [--allow-inexact] [--timeout S] [--alias NAME]\n"
-            "  Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
-            "             GET /v1/models, /health, /metrics.\n"
-            "  --parallel N   slots (sequences decoded concurrently, each with its own KV cache); default 1;\n"
-            "                 up to 2*N more requests wait in a queue, beyond that 503 + Retry-After\n"
-            "  -c N           context per slot (default: the model's training context)\n"
-            "  -t N           threads per slot (default: max(1, cores / parallel))\n"
-            "  --port 0       picks a free port (printed on stderr)\n"
-            "  --timeout S    idle connection timeout and per-request generation limit (default 600)\n"
-            "  --api-key KEY  require 'Authorization: Bearer KEY' (not for /health)\n");
+    fprintf(f, "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N]\n"
+               "                      [--api-key KEY] [--draft ngram|model] [--model-draft PATH]\n"
+               "                      [--draft-block-size K] [--allow-inexact] [--timeout S] [--alias NAME]\n"
+               "  Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
+               "             GET /v1/models, /health, /metrics.\n"
+               "  --parallel N   slots (sequences decoded concurrently, each with its own KV cache); default 1;\n"
+               "                 up to 2*N more requests wait in a queue, beyond that 503 + Retry-After\n"
+               "  -c N           context per slot (default: the model's training context)\n"
+               "  -t N           threads per slot (default: max(1, cores / parallel))\n"
+               "  --port 0       picks a free port (printed on stderr)\n"
+               "  --timeout S    idle connection timeout and per-request generation limit (default 600)\n"
+               "  --api-key KEY  require 'Authorization: Bearer KEY' (not for /health)\n");
 }
 
 static int g_sig_pipe[2] = {-1, -1};
@@ -38,15 +37,21 @@ static void on_signal(int sig) {
 
 int cmd_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_PAR, O_KEY, O_DRAFT, O_MDRAFT, O_DBS, O_INEXACT, O_TIMEOUT, O_ALIAS };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},       {"host", required_argument, 0, O_HOST},
-        {"port", required_argument, 0, O_PORT},     {"parallel", required_argument, 0, O_PAR},
-        {"ctx-size", required_argument, 0, 'c'},    {"threads", required_argument, 0, 't'},
-        {"api-key", required_argument, 0, O_KEY},   {"draft", required_argument, 0, O_DRAFT},
-        {"model-draft", required_argument, 0, O_MDRAFT}, {"draft-block-size", required_argument, 0, O_DBS},
-        {"allow-inexact", no_argument, 0, O_INEXACT}, {"timeout", required_argument, 0, O_TIMEOUT},
-        {"alias", required_argument, 0, O_ALIAS},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"host", required_argument, 0, O_HOST},
+                                         {"port", required_argument, 0, O_PORT},
+                                         {"parallel", required_argument, 0, O_PAR},
+                                         {"ctx-size", required_argument, 0, 'c'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"api-key", required_argument, 0, O_KEY},
+                                         {"draft", required_argument, 0, O_DRAFT},
+                                         {"model-draft", required_argument, 0, O_MDRAFT},
+                                         {"draft-block-size", required_argument, 0, O_DBS},
+                                         {"allow-inexact", no_argument, 0, O_INEXACT},
+                                         {"timeout", required_argument, 0, O_TIMEOUT},
+                                         {"alias", required_argument, 0, O_ALIAS},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     static srv_server S; /* reachable from every MHD/worker thread for the process lifetime */
     srv_server *s = &S;
     srv_config *cfg = &s->cfg;
@@ -73,7 +78,9 @@ int cmd_serve(int argc, char **argv) {
         case O_KEY: cfg->api_key = optarg; break;
         case O_DRAFT: cfg->draft_kind = optarg; break;
         case O_MDRAFT: cfg->draft_path = optarg; break;
-        case O_DBS: ok = cli_parse_i32("--draft-block-size", optarg, 2, LS_SPEC_MAX_BLOCK, &v), cfg->block_size = v; break;
+        case O_DBS:
+            ok = cli_parse_i32("--draft-block-size", optarg, 2, LS_SPEC_MAX_BLOCK, &v), cfg->block_size = v;
+            break;
         case O_INEXACT: cfg->allow_inexact = true; break;
         case O_TIMEOUT: ok = cli_parse_i32("--timeout", optarg, 1, 86400, &v), cfg->timeout_s = v; break;
         case O_ALIAS: cfg->alias = optarg; break;
@@ -155,13 +162,13 @@ int cmd_serve(int argc, char **argv) {
      * use slot 0's session from this thread. */
     srv_warmup_probe(s);
     atomic_store(&s->ready, true);
-    fprintf(stderr, "lockstep serve: ready on http://%s:%d  model=%s slots=%d threads/slot=%d ctx=%d backend=%s "
-                    "speculation=%s%s%s\n",
+    fprintf(stderr,
+            "lockstep serve: ready on http://%s:%d  model=%s slots=%d threads/slot=%d ctx=%d backend=%s "
+            "speculation=%s%s%s\n",
             cfg->host, srv_http_port(), s->model_id, s->n_slots, cfg->n_threads, s->n_ctx, ls_backend_name(),
             s->spec_state, *s->spec_detail ? ": " : "", s->spec_detail);
     unsigned char sig = 0;
-    while (read(g_sig_pipe[0], &sig, 1) != 1) {
-    }
+    while (read(g_sig_pipe[0], &sig, 1) != 1) {}
     fprintf(stderr, "lockstep serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = CLI_OK;
 out:

@@ -66,10 +66,14 @@ static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, int s
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "message", message);
     cJSON_AddStringToObject(e, "type", status >= 500 ? "server_error" : "invalid_request_error");
-    if (param && *param) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
-    if (code && *code) cJSON_AddStringToObject(e, "code", code);
-    else cJSON_AddNullToObject(e, "code");
+    if (param && *param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (code && *code)
+        cJSON_AddStringToObject(e, "code", code);
+    else
+        cJSON_AddNullToObject(e, "code");
     return send_json(s, c, status, o, status == 503 ? 1 : 0);
 }
 
@@ -171,30 +175,41 @@ static enum MHD_Result handle_metrics(srv_server *s, struct MHD_Connection *c) {
     for (int i = 100; i < 600 && n < cap - 256; i++)
         if (s->req_by_status[i]) P("lockstep_requests_total{status=\"%d\"} %llu\n", i, s->req_by_status[i]);
     P("# HELP lockstep_prompt_tokens_total Prompt tokens processed.\n# TYPE lockstep_prompt_tokens_total counter\n"
-      "lockstep_prompt_tokens_total %llu\n", s->prompt_tokens);
+      "lockstep_prompt_tokens_total %llu\n",
+      s->prompt_tokens);
     P("# HELP lockstep_generated_tokens_total Tokens generated.\n# TYPE lockstep_generated_tokens_total counter\n"
-      "lockstep_generated_tokens_total %llu\n", s->generated_tokens);
+      "lockstep_generated_tokens_total %llu\n",
+      s->generated_tokens);
     P("# HELP lockstep_requests_cancelled_total Generations cancelled (client gone or shutdown).\n"
-      "# TYPE lockstep_requests_cancelled_total counter\nlockstep_requests_cancelled_total %llu\n", s->cancelled);
+      "# TYPE lockstep_requests_cancelled_total counter\nlockstep_requests_cancelled_total %llu\n",
+      s->cancelled);
     P("# HELP lockstep_slots_active Slots running a request.\n# TYPE lockstep_slots_active gauge\n"
-      "lockstep_slots_active %d\n", s->active);
+      "lockstep_slots_active %d\n",
+      s->active);
     P("# HELP lockstep_slots_total Slots (parallel sequences).\n# TYPE lockstep_slots_total gauge\n"
-      "lockstep_slots_total %d\n", s->n_slots);
+      "lockstep_slots_total %d\n",
+      s->n_slots);
     P("# HELP lockstep_queue_depth Requests waiting for a slot.\n# TYPE lockstep_queue_depth gauge\n"
-      "lockstep_queue_depth %d\n", s->qlen);
+      "lockstep_queue_depth %d\n",
+      s->qlen);
     P("# HELP lockstep_queue_capacity Most requests that may wait.\n# TYPE lockstep_queue_capacity gauge\n"
-      "lockstep_queue_capacity %d\n", s->cfg.queue_cap);
+      "lockstep_queue_capacity %d\n",
+      s->cfg.queue_cap);
     P("# HELP lockstep_spec_requests_total Requests served with a drafter.\n"
-      "# TYPE lockstep_spec_requests_total counter\nlockstep_spec_requests_total %llu\n", s->spec_requests);
+      "# TYPE lockstep_spec_requests_total counter\nlockstep_spec_requests_total %llu\n",
+      s->spec_requests);
     P("# HELP lockstep_spec_drafts_total Speculative rounds (verify blocks).\n"
-      "# TYPE lockstep_spec_drafts_total counter\nlockstep_spec_drafts_total %llu\n", s->spec_rounds);
+      "# TYPE lockstep_spec_drafts_total counter\nlockstep_spec_drafts_total %llu\n",
+      s->spec_rounds);
     P("# HELP lockstep_spec_draft_tokens_total Draft tokens proposed.\n"
-      "# TYPE lockstep_spec_draft_tokens_total counter\nlockstep_spec_draft_tokens_total %llu\n", s->spec_drafted);
+      "# TYPE lockstep_spec_draft_tokens_total counter\nlockstep_spec_draft_tokens_total %llu\n",
+      s->spec_drafted);
     P("# HELP lockstep_spec_accepted_tokens_total Draft tokens accepted.\n"
       "# TYPE lockstep_spec_accepted_tokens_total counter\nlockstep_spec_accepted_tokens_total %llu\n",
       s->spec_accepted);
     P("# HELP lockstep_spec_declined_total Requests where speculation was declined (exactness probe).\n"
-      "# TYPE lockstep_spec_declined_total counter\nlockstep_spec_declined_total %llu\n", s->spec_declined);
+      "# TYPE lockstep_spec_declined_total counter\nlockstep_spec_declined_total %llu\n",
+      s->spec_declined);
     pthread_mutex_unlock(&s->mu);
 #undef P
     if (n >= cap) n = cap - 1;
@@ -325,12 +340,15 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
         if (j->n_prompt == 0)
             snprintf(msg, sizeof msg, "the prompt is empty");
         else if (prompt_only)
-            snprintf(msg, sizeof msg, "This model's maximum context length is %d tokens. However, your prompt has %d "
-                     "tokens.", s->n_ctx, j->n_prompt);
+            snprintf(msg, sizeof msg,
+                     "This model's maximum context length is %d tokens. However, your prompt has %d "
+                     "tokens.",
+                     s->n_ctx, j->n_prompt);
         else
-            snprintf(msg, sizeof msg, "This model's maximum context length is %d tokens. However, you requested %lld "
-                     "tokens (%d in the prompt, %d in the completion).", s->n_ctx,
-                     (long long)j->n_prompt + j->req.max_tokens, j->n_prompt, j->req.max_tokens);
+            snprintf(msg, sizeof msg,
+                     "This model's maximum context length is %d tokens. However, you requested %lld "
+                     "tokens (%d in the prompt, %d in the completion).",
+                     s->n_ctx, (long long)j->n_prompt + j->req.max_tokens, j->n_prompt, j->req.max_tokens);
         srv_job_release(j);
         return send_error(s, c, 400, msg, prompt_only ? pparam : "max_tokens", "context_length_exceeded");
     }
@@ -353,8 +371,8 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
                        : send_error(s, c, 503, "the server is shutting down", NULL, "shutting_down");
     }
     if (j->req.stream) {
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, j,
-                                                                   stream_free);
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, j, stream_free);
         if (!r) {
             stream_free(j);
             return MHD_NO;
@@ -466,9 +484,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         int kind; /* 0 models, 1 metrics, 2 chat, 3 completion, 4 tokenize, 5 detokenize */
         bool post;
     } routes[] = {
-        {"/v1/models", 0, false},           {"/models", 0, false},         {"/metrics", 1, false},
-        {"/v1/chat/completions", 2, true},  {"/chat/completions", 2, true}, {"/v1/completions", 3, true},
-        {"/completions", 3, true},          {"/tokenize", 4, true},        {"/detokenize", 5, true},
+        {"/v1/models", 0, false},          {"/models", 0, false},          {"/metrics", 1, false},
+        {"/v1/chat/completions", 2, true}, {"/chat/completions", 2, true}, {"/v1/completions", 3, true},
+        {"/completions", 3, true},         {"/tokenize", 4, true},         {"/detokenize", 5, true},
     };
     int route = -1;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -486,8 +504,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_error(s, c, 405, msg, NULL, "method_not_allowed");
     }
     if (!atomic_load(&s->ready) || atomic_load(&s->stopping))
-        return send_error(s, c, 503, atomic_load(&s->stopping) ? "the server is shutting down" : "loading model",
-                          NULL, "unavailable");
+        return send_error(s, c, 503, atomic_load(&s->stopping) ? "the server is shutting down" : "loading model", NULL,
+                          "unavailable");
     switch (routes[route].kind) {
     case 0: return handle_models(s, c);
     case 1: return handle_metrics(s, c);
@@ -519,8 +537,7 @@ int srv_http_start(srv_server *s, char *err, size_t errlen) {
         snprintf(err, errlen, "--host must be an IPv4 address, got '%s'", s->cfg.host);
         return -1;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     g_daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                                 (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_s,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)(64 + 4 * s->cfg.parallel),
@@ -534,7 +551,9 @@ int srv_http_start(srv_server *s, char *err, size_t errlen) {
     return 0;
 }
 
-int srv_http_port(void) { return g_port; }
+int srv_http_port(void) {
+    return g_port;
+}
 
 void srv_http_quiesce(srv_server *s) {
     (void)s;

@@ -31,14 +31,14 @@ typedef struct srv_job {
     int32_t n_prompt;
     char id[64];
     long long created;
-    int fd;               /* client socket, for disconnect checks (-1 unknown) */
-    double deadline_ms;   /* monotonic; generation stops (finish "length") past it */
+    int fd;             /* client socket, for disconnect checks (-1 unknown) */
+    double deadline_ms; /* monotonic; generation stops (finish "length") past it */
     /* results */
     lss_stopbuf text;
-    char *out;            /* streaming: SSE bytes not yet read by the connection */
+    char *out; /* streaming: SSE bytes not yet read by the connection */
     size_t out_len, out_cap, out_read;
     bool done, cancel, timed_out;
-    int status;           /* 0 ok, else HTTP status of a failure */
+    int status; /* 0 ok, else HTTP status of a failure */
     char errmsg[256];
     ls_gen_stats stats;
     const char *finish_reason;
@@ -69,7 +69,7 @@ typedef struct srv_server {
     unsigned long long req_by_status[600];
     unsigned long long prompt_tokens, generated_tokens, cancelled, spec_requests, spec_rounds, spec_drafted,
         spec_accepted, spec_declined;
-    char spec_state[64];   /* "off", "probing", "passed", "declined", "inexact" */
+    char spec_state[64]; /* "off", "probing", "passed", "declined", "inexact" */
     char spec_detail[256];
     unsigned long long seq;
 } srv_server;

@@ -84,8 +84,7 @@ cJSON *srv_timings_json(const ls_gen_stats *st) {
     cJSON_AddNumberToObject(t, "prompt_per_second", st->prefill_ms > 0 ? st->n_prompt * 1e3 / st->prefill_ms : 0);
     cJSON_AddNumberToObject(t, "predicted_n", st->n_generated);
     cJSON_AddNumberToObject(t, "predicted_ms", st->decode_ms);
-    cJSON_AddNumberToObject(t, "predicted_per_second",
-                            st->decode_ms > 0 ? st->n_generated * 1e3 / st->decode_ms : 0);
+    cJSON_AddNumberToObject(t, "predicted_per_second", st->decode_ms > 0 ? st->n_generated * 1e3 / st->decode_ms : 0);
     cJSON_AddNumberToObject(t, "draft_n", (double)st->proposed);
     cJSON_AddNumberToObject(t, "draft_n_accepted", (double)st->accepted);
     return t;
@@ -118,8 +117,10 @@ cJSON *srv_chunk(const srv_server *s, const srv_job *j, const char *text, size_t
     }
     free(t);
     cJSON_AddNullToObject(c, "logprobs");
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
-    else cJSON_AddNullToObject(c, "finish_reason");
+    if (finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
     return o;
 }
 
@@ -137,8 +138,10 @@ int srv_submit(srv_server *s, srv_job *j) {
     j->refs++;
     pthread_mutex_unlock(&j->mu);
     j->next = NULL;
-    if (s->qtail) s->qtail->next = j;
-    else s->qhead = j;
+    if (s->qtail)
+        s->qtail->next = j;
+    else
+        s->qhead = j;
     s->qtail = j;
     s->qlen++;
     pthread_cond_broadcast(&s->cv);
@@ -195,8 +198,8 @@ static void run_job(srv_slot *slot, srv_job *j) {
     } else {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        gp.sampling.seed = ((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20)) * 0x9E3779B97F4A7C15ull +
-                           (uint64_t)(uintptr_t)j;
+        gp.sampling.seed =
+            ((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20)) * 0x9E3779B97F4A7C15ull + (uint64_t)(uintptr_t)j;
     }
     gp.n_predict = r->max_tokens >= 0 ? r->max_tokens : -1;
     gp.drafter = slot->drafter;
@@ -317,7 +320,8 @@ int srv_slots_start(srv_server *s, char *err, size_t errlen) {
         }
         s->n_ctx = ls_session_n_ctx(sl->session);
         if (s->cfg.draft_kind && !strcmp(s->cfg.draft_kind, "ngram")) {
-            if (ls_drafter_ngram_create(LS_NGRAM_DEFAULT_MIN, LS_NGRAM_DEFAULT_MAX, &sl->drafter, e, sizeof e) != LS_OK) {
+            if (ls_drafter_ngram_create(LS_NGRAM_DEFAULT_MIN, LS_NGRAM_DEFAULT_MAX, &sl->drafter, e, sizeof e) !=
+                LS_OK) {
                 snprintf(err, errlen, "drafter: %s", e);
                 return -1;
             }

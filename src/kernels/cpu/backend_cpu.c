@@ -18,11 +18,13 @@ typedef struct {
     ls_pool *pool;
     void *mm_scratch; /* quantized activations for one matmul */
     size_t mm_scratch_size;
-    float *scores;    /* [n_threads][max_keys] attention scores */
+    float *scores; /* [n_threads][max_keys] attention scores */
     int64_t max_keys;
 } cpu_impl;
 
-static cpu_impl *impl_of(ls_backend *be) { return (cpu_impl *)be->impl; }
+static cpu_impl *impl_of(ls_backend *be) {
+    return (cpu_impl *)be->impl;
+}
 
 /* ---- matmul / get_rows --------------------------------------------------------- */
 
@@ -221,4 +223,6 @@ fail:
     return NULL;
 }
 
-const char *ls_backend_cpu_isa_name(void) { return ls_cpu_isa() == LS_ISA_AVX2 ? "cpu-avx2" : "cpu-scalar"; }
+const char *ls_backend_cpu_isa_name(void) {
+    return ls_cpu_isa() == LS_ISA_AVX2 ? "cpu-avx2" : "cpu-scalar";
+}

@@ -112,8 +112,8 @@ ls_gemm8_fn ls_gemm8_avx2_get(ls_type wt);
  * rows against nact (any, >= 1) activation rows: y[c * y_stride + r] =
  * dot(row r, activation row c), bit-identical to ls_vec_dot_get(wt, isa) for every
  * (r, c) whatever nrows and nact. NULL where the type has none (it then uses gemm8). */
-typedef void (*ls_tile_fn)(int64_t k, const void *w, size_t w_stride, int64_t nrows, const void *act,
-                           size_t act_stride, int nact, float *y, int64_t y_stride);
+typedef void (*ls_tile_fn)(int64_t k, const void *w, size_t w_stride, int64_t nrows, const void *act, size_t act_stride,
+                           int nact, float *y, int64_t y_stride);
 ls_tile_fn ls_tile_avx2_get(ls_type wt);
 
 #endif

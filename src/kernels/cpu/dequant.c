@@ -11,7 +11,9 @@
 
 /* ---- float types ---- */
 
-void ls_dequantize_row_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+void ls_dequantize_row_f32(const void *src, float *dst, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
 
 void ls_dequantize_row_f16(const void *src, float *dst, int64_t n) {
     const uint16_t *h = src; /* [n] */

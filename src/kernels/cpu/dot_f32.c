@@ -79,7 +79,9 @@ static inline ls_isa dot_isa(void) {
     return (ls_isa)v;
 }
 
-float ls_dot_f32(const float *a, const float *b, int64_t n) { return ls_dot_f32_isa(dot_isa(), a, b, n); }
+float ls_dot_f32(const float *a, const float *b, int64_t n) {
+    return ls_dot_f32_isa(dot_isa(), a, b, n);
+}
 
 float ls_dot_f16_f32(const uint16_t *a_f16, const float *b, int64_t n) {
     return ls_dot_f16_f32_isa(dot_isa(), a_f16, b, n);

@@ -91,8 +91,16 @@ void ls_gelu_mul_avx2(float *g, const float *u, int64_t n) {
 
 #else
 /* Not an x86 build with AVX2 flags: never selected (ls_cpu_isa() reports scalar). */
-void ls_gelu_mul_avx2(float *g, const float *u, int64_t n) { ls_gelu_mul_scalar(g, u, n); }
-float ls_dot_f32_avx2(const float *a, const float *b, int64_t n) { return ls_dot_f32_scalar(a, b, n); }
-float ls_dot_f16_f32_avx2(const uint16_t *a, const float *b, int64_t n) { return ls_dot_f16_f32_scalar(a, b, n); }
-float ls_dot_bf16_f32_avx2(const uint16_t *a, const float *b, int64_t n) { return ls_dot_bf16_f32_scalar(a, b, n); }
+void ls_gelu_mul_avx2(float *g, const float *u, int64_t n) {
+    ls_gelu_mul_scalar(g, u, n);
+}
+float ls_dot_f32_avx2(const float *a, const float *b, int64_t n) {
+    return ls_dot_f32_scalar(a, b, n);
+}
+float ls_dot_f16_f32_avx2(const uint16_t *a, const float *b, int64_t n) {
+    return ls_dot_f16_f32_scalar(a, b, n);
+}
+float ls_dot_bf16_f32_avx2(const uint16_t *a, const float *b, int64_t n) {
+    return ls_dot_bf16_f32_scalar(a, b, n);
+}
 #endif

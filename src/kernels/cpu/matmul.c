@@ -125,7 +125,14 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
     LS_ASSERT(w_row != 0); /* K is a positive multiple of the block */
 
     mm_job j = {
-        .W = W, .w_row = w_row, .N = N, .K = K, .M = M, .Y = Y, .y_stride = y_stride, .dot = dot,
+        .W = W,
+        .w_row = w_row,
+        .N = N,
+        .K = K,
+        .M = M,
+        .Y = Y,
+        .y_stride = y_stride,
+        .dot = dot,
         /* the eight-row kernels only pair with the ISA the single-row one came from */
         .gemm8 = dot == ls_vec_dot_avx2_get(wt) ? ls_gemm8_avx2_get(wt) : NULL,
         .tile = dot == ls_vec_dot_avx2_get(wt) ? ls_tile_avx2_get(wt) : NULL,
@@ -142,8 +149,13 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
         j.a_row = (size_t)x_stride * sizeof(float);
     } else {
         LS_ASSERT(scratch != NULL);
-        mm_quant_job q = {.X = X, .x_stride = x_stride, .M = M, .K = K, .A = scratch,
-                          .a_row = ls_row_size(tr->act_type, K), .act = tr->act_type};
+        mm_quant_job q = {.X = X,
+                          .x_stride = x_stride,
+                          .M = M,
+                          .K = K,
+                          .A = scratch,
+                          .a_row = ls_row_size(tr->act_type, K),
+                          .act = tr->act_type};
         if (M * K <= MM_QUANT_INLINE_ELEMS || ls_pool_size(pool) == 1)
             mm_quant_rows(&q, 0, M);
         else

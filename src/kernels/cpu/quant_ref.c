@@ -9,7 +9,9 @@
 #include "core/f16.h"
 #include "kernels/cpu/cpu_kernels.h"
 
-static inline int qr_clamp(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+static inline int qr_clamp(int v, int lo, int hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
 
 /* float -> bfloat16, round to nearest even, NaN kept quiet (ggml_compute_fp32_to_bf16). */
 static uint16_t qr_f32_to_bf16(float f) {

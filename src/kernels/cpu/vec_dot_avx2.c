@@ -39,7 +39,9 @@ VD_INLINE uint16_t vd_ld16(const uint8_t *p) {
     return v;
 }
 
-VD_INLINE float vd_h2f(uint16_t h) { return _cvtsh_ss(h); } /* exact, like ls_f16_to_f32 */
+VD_INLINE float vd_h2f(uint16_t h) {
+    return _cvtsh_ss(h);
+} /* exact, like ls_f16_to_f32 */
 
 /* Sum of the eight int32 lanes (exact). */
 VD_INLINE int32_t vd_hsum_i32(__m256i v) {
@@ -124,7 +126,9 @@ VD_INLINE size_t q32_bsize(int t) {
     }
 }
 
-VD_INLINE int q32_has_min(int t) { return t == Q32_Q4_1 || t == Q32_Q5_1; }
+VD_INLINE int q32_has_min(int t) {
+    return t == Q32_Q4_1 || t == Q32_Q5_1;
+}
 
 /* 16 packed bytes -> 32 nibbles: low nibbles are elements 0..15, high ones 16..31. */
 VD_INLINE __m256i q32_nibbles(const uint8_t *qs) {
@@ -322,7 +326,8 @@ VD_INLINE void q32t_tile(int t, int C, int AG, int NQ, int64_t k, const uint8_t 
         __m256 DA[2];
         if (C == 4) {
             DA[0] = _mm256_cvtph_ps(_mm_setr_epi16(dh[0], dh[1], dh[2], dh[3], dh[0], dh[1], dh[2], dh[3]));
-            if (AG == 2) DA[1] = _mm256_cvtph_ps(_mm_setr_epi16(dh[4], dh[5], dh[6], dh[7], dh[4], dh[5], dh[6], dh[7]));
+            if (AG == 2)
+                DA[1] = _mm256_cvtph_ps(_mm_setr_epi16(dh[4], dh[5], dh[6], dh[7], dh[4], dh[5], dh[6], dh[7]));
         } else if (C == 2) {
             DA[0] = _mm256_cvtph_ps(_mm_setr_epi16(dh[0], dh[1], dh[0], dh[1], dh[0], dh[1], dh[0], dh[1]));
         } else {
@@ -350,7 +355,8 @@ VD_INLINE void q32t_tile(int t, int C, int AG, int NQ, int64_t k, const uint8_t 
             else
                 DW = _mm256_cvtph_ps(_mm_setr_epi16(wh[0], wh[1], wh[2], wh[3], wh[0], wh[1], wh[2], wh[3]));
             acc[g0] = q32t_quad(t, C, 0, b, wv, aw, ap, _mm256_mul_ps(DW, DA[0]), acc[g0]);
-            if (C != 2 && AG == 2) acc[g0 + 1] = q32t_quad(t, C, 1, b, wv, aw, ap, _mm256_mul_ps(DW, DA[1]), acc[g0 + 1]);
+            if (C != 2 && AG == 2)
+                acc[g0 + 1] = q32t_quad(t, C, 1, b, wv, aw, ap, _mm256_mul_ps(DW, DA[1]), acc[g0 + 1]);
         }
     }
     for (int g = 0; g < NQ; g++) {
@@ -384,10 +390,12 @@ VD_INLINE void q32t_rows(int t, int64_t k, const void *w, size_t ws, int64_t nro
             /* 4 rows x 2 activations per register pair; Q8_0 (cheap decode) likes two pairs */
             if (t == Q32_Q8_0)
                 for (int64_t r = 0; r < nrows; r += 8)
-                    q32t_tile(t, 1, 2, 4, k, x + r * ws, ws, nrows - r < 8 ? (int)(nrows - r) : 8, ag, as, 2, yg + r, ys);
+                    q32t_tile(t, 1, 2, 4, k, x + r * ws, ws, nrows - r < 8 ? (int)(nrows - r) : 8, ag, as, 2, yg + r,
+                              ys);
             else
                 for (int64_t r = 0; r < nrows; r += 4)
-                    q32t_tile(t, 1, 2, 2, k, x + r * ws, ws, nrows - r < 4 ? (int)(nrows - r) : 4, ag, as, 2, yg + r, ys);
+                    q32t_tile(t, 1, 2, 2, k, x + r * ws, ws, nrows - r < 4 ? (int)(nrows - r) : 4, ag, as, 2, yg + r,
+                              ys);
             a0 += 2;
         } else {
             for (int64_t r = 0; r < nrows; r += 8)
@@ -397,10 +405,17 @@ VD_INLINE void q32t_rows(int t, int64_t k, const void *w, size_t ws, int64_t nro
     }
 }
 
-#define T_ARGS int64_t k, const void *w, size_t ws, int64_t nrows, const void *a, size_t as, int nact, float *y, int64_t ys
-static void t_q4_0(T_ARGS) { q32t_rows(Q32_Q4_0, k, w, ws, nrows, a, as, nact, y, ys); }
-static void t_q5_0(T_ARGS) { q32t_rows(Q32_Q5_0, k, w, ws, nrows, a, as, nact, y, ys); }
-static void t_q8_0(T_ARGS) { q32t_rows(Q32_Q8_0, k, w, ws, nrows, a, as, nact, y, ys); }
+#define T_ARGS                                                                                                         \
+    int64_t k, const void *w, size_t ws, int64_t nrows, const void *a, size_t as, int nact, float *y, int64_t ys
+static void t_q4_0(T_ARGS) {
+    q32t_rows(Q32_Q4_0, k, w, ws, nrows, a, as, nact, y, ys);
+}
+static void t_q5_0(T_ARGS) {
+    q32t_rows(Q32_Q5_0, k, w, ws, nrows, a, as, nact, y, ys);
+}
+static void t_q8_0(T_ARGS) {
+    q32t_rows(Q32_Q8_0, k, w, ws, nrows, a, as, nact, y, ys);
+}
 
 ls_tile_fn ls_tile_avx2_get(ls_type wt) {
     switch (wt) {
@@ -416,7 +431,9 @@ ls_tile_fn ls_tile_avx2_get(ls_type wt) {
  * ==================================================================================== */
 
 /* int16 shuffle mask broadcasting 16-bit element i of each 128-bit lane. */
-VD_INLINE __m256i vd_bcast16(int i) { return _mm256_set1_epi16((short)(((2 * i + 1) << 8) | (2 * i))); }
+VD_INLINE __m256i vd_bcast16(int i) {
+    return _mm256_set1_epi16((short)(((2 * i + 1) << 8) | (2 * i)));
+}
 
 /* The activation block's eight 32-element sums (int16), shared by all weight rows. */
 VD_INLINE __m128i k4_act_sums(const ls_block_q8_k *y) {
@@ -615,8 +632,8 @@ VD_INLINE void k_gemm8(int kt, int C, int64_t k, const void *w, size_t ws, const
             isum[c] = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
                                        _mm256_permute2x128_si256(h0123, h4567, 0x31));
             if (kt != 6) {
-                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(mv[c][0], mv[c][1]),
-                                                    _mm256_hadd_epi32(mv[c][2], mv[c][3]));
+                const __m256i h =
+                    _mm256_hadd_epi32(_mm256_hadd_epi32(mv[c][0], mv[c][1]), _mm256_hadd_epi32(mv[c][2], mv[c][3]));
                 imin[c] = _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             }
         }
@@ -624,7 +641,8 @@ VD_INLINE void k_gemm8(int kt, int C, int64_t k, const void *w, size_t ws, const
             const __m256 dw = vd_gather_f16x8(blk + offsetof(ls_block_q6_k, d), ws);
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++)
-                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(yb[c]->d)), _mm256_cvtepi32_ps(isum[c]), acc[c]);
+                acc[c] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(yb[c]->d)), _mm256_cvtepi32_ps(isum[c]), acc[c]);
         } else {
             /* d and dmin are the first two f16 of both Q4_K and Q5_K blocks */
             const __m256 dw = vd_gather_f16x8(blk, ws), dmin = vd_gather_f16x8(blk + 2, ws);
@@ -693,44 +711,76 @@ VD_INLINE void fw_gemm8(int t, int64_t k, const void *w, size_t ws, const void *
  * Kernel tables
  * ==================================================================================== */
 
-static float vd_f32(int64_t k, const void *w, const void *a) { return ls_dot_f32_avx2(w, a, k); }
-static float vd_f16(int64_t k, const void *w, const void *a) { return ls_dot_f16_f32_avx2(w, a, k); }
-static float vd_bf16(int64_t k, const void *w, const void *a) { return ls_dot_bf16_f32_avx2(w, a, k); }
-static float vd_q4_0(int64_t k, const void *w, const void *a) { return q32s_dot1(Q32_Q4_0, k, w, a); }
-static float vd_q4_1(int64_t k, const void *w, const void *a) { return q32_dot1(Q32_Q4_1, k, w, a); }
-static float vd_q5_0(int64_t k, const void *w, const void *a) { return q32s_dot1(Q32_Q5_0, k, w, a); }
-static float vd_q5_1(int64_t k, const void *w, const void *a) { return q32_dot1(Q32_Q5_1, k, w, a); }
-static float vd_q8_0(int64_t k, const void *w, const void *a) { return q32s_dot1(Q32_Q8_0, k, w, a); }
+static float vd_f32(int64_t k, const void *w, const void *a) {
+    return ls_dot_f32_avx2(w, a, k);
+}
+static float vd_f16(int64_t k, const void *w, const void *a) {
+    return ls_dot_f16_f32_avx2(w, a, k);
+}
+static float vd_bf16(int64_t k, const void *w, const void *a) {
+    return ls_dot_bf16_f32_avx2(w, a, k);
+}
+static float vd_q4_0(int64_t k, const void *w, const void *a) {
+    return q32s_dot1(Q32_Q4_0, k, w, a);
+}
+static float vd_q4_1(int64_t k, const void *w, const void *a) {
+    return q32_dot1(Q32_Q4_1, k, w, a);
+}
+static float vd_q5_0(int64_t k, const void *w, const void *a) {
+    return q32s_dot1(Q32_Q5_0, k, w, a);
+}
+static float vd_q5_1(int64_t k, const void *w, const void *a) {
+    return q32_dot1(Q32_Q5_1, k, w, a);
+}
+static float vd_q8_0(int64_t k, const void *w, const void *a) {
+    return q32s_dot1(Q32_Q8_0, k, w, a);
+}
 
 #define G8_ARGS int64_t k, const void *w, size_t ws, const void *a, size_t as, int nact, float *y, int64_t ys
 /* One entry point per type; nact is made a compile-time constant so the activation
  * loops unroll into registers. */
-#define G8_DISPATCH(call)                                                                                             \
-    switch (nact) {                                                                                                   \
-    case 1: call(1); break;                                                                                           \
-    case 2: call(2); break;                                                                                           \
-    case 3: call(3); break;                                                                                           \
-    default: call(4); break;                                                                                          \
+#define G8_DISPATCH(call)                                                                                              \
+    switch (nact) {                                                                                                    \
+    case 1: call(1); break;                                                                                            \
+    case 2: call(2); break;                                                                                            \
+    case 3: call(3); break;                                                                                            \
+    default: call(4); break;                                                                                           \
     }
 
 #define G8_Q32(T, C) q32_gemm8(T, C, k, w, ws, a, as, y, ys)
-#define G8_Q4_0(C) G8_Q32(Q32_Q4_0, C)
-#define G8_Q4_1(C) G8_Q32(Q32_Q4_1, C)
-#define G8_Q5_0(C) G8_Q32(Q32_Q5_0, C)
-#define G8_Q5_1(C) G8_Q32(Q32_Q5_1, C)
-#define G8_Q8_0(C) G8_Q32(Q32_Q8_0, C)
-#define G8_Q4_K(C) k_gemm8(4, C, k, w, ws, a, as, y, ys)
-#define G8_Q5_K(C) k_gemm8(5, C, k, w, ws, a, as, y, ys)
-#define G8_Q6_K(C) k_gemm8(6, C, k, w, ws, a, as, y, ys)
+#define G8_Q4_0(C)   G8_Q32(Q32_Q4_0, C)
+#define G8_Q4_1(C)   G8_Q32(Q32_Q4_1, C)
+#define G8_Q5_0(C)   G8_Q32(Q32_Q5_0, C)
+#define G8_Q5_1(C)   G8_Q32(Q32_Q5_1, C)
+#define G8_Q8_0(C)   G8_Q32(Q32_Q8_0, C)
+#define G8_Q4_K(C)   k_gemm8(4, C, k, w, ws, a, as, y, ys)
+#define G8_Q5_K(C)   k_gemm8(5, C, k, w, ws, a, as, y, ys)
+#define G8_Q6_K(C)   k_gemm8(6, C, k, w, ws, a, as, y, ys)
 
-static void g8_q4_1(G8_ARGS) { G8_DISPATCH(G8_Q4_1) }
-static void g8_q5_1(G8_ARGS) { G8_DISPATCH(G8_Q5_1) }
-static void g8_q4_k(G8_ARGS) { G8_DISPATCH(G8_Q4_K) }
-static void g8_q5_k(G8_ARGS) { G8_DISPATCH(G8_Q5_K) }
-static void g8_q6_k(G8_ARGS) { G8_DISPATCH(G8_Q6_K) }
-static void g8_f32(G8_ARGS) { fw_gemm8(FW_F32, k, w, ws, a, as, nact, y, ys); }
-static void g8_f16(G8_ARGS) { fw_gemm8(FW_F16, k, w, ws, a, as, nact, y, ys); }
-static void g8_bf16(G8_ARGS) { fw_gemm8(FW_BF16, k, w, ws, a, as, nact, y, ys); }
+static void g8_q4_1(G8_ARGS) {
+    G8_DISPATCH(G8_Q4_1)
+}
+static void g8_q5_1(G8_ARGS) {
+    G8_DISPATCH(G8_Q5_1)
+}
+static void g8_q4_k(G8_ARGS) {
+    G8_DISPATCH(G8_Q4_K)
+}
+static void g8_q5_k(G8_ARGS) {
+    G8_DISPATCH(G8_Q5_K)
+}
+static void g8_q6_k(G8_ARGS) {
+    G8_DISPATCH(G8_Q6_K)
+}
+static void g8_f32(G8_ARGS) {
+    fw_gemm8(FW_F32, k, w, ws, a, as, nact, y, ys);
+}
+static void g8_f16(G8_ARGS) {
+    fw_gemm8(FW_F16, k, w, ws, a, as, nact, y, ys);
+}
+static void g8_bf16(G8_ARGS) {
+    fw_gemm8(FW_BF16, k, w, ws, a, as, nact, y, ys);
+}
 
 ls_vec_dot_fn ls_vec_dot_avx2_get(ls_type wt) {
     switch (wt) {

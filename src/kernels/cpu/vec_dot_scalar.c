@@ -23,9 +23,15 @@
 
 /* ---- float weights (act: F32) ---- */
 
-static float vd_f32(int64_t k, const void *w, const void *a) { return ls_dot_f32_scalar(w, a, k); }
-static float vd_f16(int64_t k, const void *w, const void *a) { return ls_dot_f16_f32_scalar(w, a, k); }
-static float vd_bf16(int64_t k, const void *w, const void *a) { return ls_dot_bf16_f32_scalar(w, a, k); }
+static float vd_f32(int64_t k, const void *w, const void *a) {
+    return ls_dot_f32_scalar(w, a, k);
+}
+static float vd_f16(int64_t k, const void *w, const void *a) {
+    return ls_dot_f16_f32_scalar(w, a, k);
+}
+static float vd_bf16(int64_t k, const void *w, const void *a) {
+    return ls_dot_bf16_f32_scalar(w, a, k);
+}
 
 /* ---- 32-element blocks (act: Q8_0) ---- */
 
