@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of `lockstep serve`: starts the server (--parallel 2, -c 2048) on a free
+# End-to-end tests of `lockstep serve`: starts the server (--parallel 4, -c 2048) on a free
 # loopback port with the default model, waits for /health 200, runs tests/server/test_server.py
 # (pytest + the openai client; it starts its own extra servers for --draft ngram and
 # --api-key), and always kills every server it started. Exit 77 (skip) when the model or the
@@ -39,7 +39,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 CTX=2048
-"$CLI" serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 2 -c $CTX --timeout 120 >"$LOG" 2>&1 &
+"$CLI" serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 4 -c $CTX --timeout 120 >"$LOG" 2>&1 &
 PID=$!
 URL=
 for _ in $(seq 600); do # <= 60 s

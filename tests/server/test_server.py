@@ -167,7 +167,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def ngram_server():
-    s = Server("--parallel", "2", "--draft", "ngram", "--draft-block-size", "4")
+    s = Server("--parallel", "4", "--draft", "ngram", "--draft-block-size", "4")
     yield s
     s.stop()
     os.unlink(s.log.name)
@@ -186,7 +186,7 @@ def key_server():
 def test_health_and_models():
     st, _, h = get("/health")
     assert st == 200 and h["status"] == "ok"
-    assert h["backend"] and h["model"] and h["slots"]["total"] == 2
+    assert h["backend"] and h["model"] and h["slots"]["total"] == 4
     assert h["speculation"]["state"] == "off" and h["speculation"]["drafter"] == "none"
     models = client().models.list()
     assert [m.id for m in models.data] == [h["model"]]
@@ -291,17 +291,20 @@ DET_REQUESTS = [
 ]
 
 
+N_NOISE = 7  # other requests in flight: the servers run --parallel 4 (4 slots + a queue of 8)
+
+
 def _with_background_load(base, fn):
-    """Run fn() while two other requests are in flight on the same server."""
+    """Run fn() while 7 other requests of different lengths are in flight on the same server."""
     stop = threading.Event()
 
     def noise(i):
         while not stop.is_set():
-            post("/v1/completions", {"prompt": "The weather today %d" % i, "max_tokens": 16,
+            post("/v1/completions", {"prompt": "The weather today %d" % i, "max_tokens": 4 + 3 * i,
                                      "temperature": 0.9, "seed": i}, base=base)
 
-    with ThreadPoolExecutor(2) as ex:
-        futs = [ex.submit(noise, i) for i in range(2)]
+    with ThreadPoolExecutor(N_NOISE) as ex:
+        futs = [ex.submit(noise, i) for i in range(N_NOISE)]
         time.sleep(0.3)
         try:
             return fn()
