@@ -13,12 +13,21 @@
 
 #include "kernels/types.h"
 
-/* A weight matrix W [rows x cols] (y = W x), stored row-major in `type` blocks. */
+/* A weight matrix W [rows x cols] (y = W x), stored row-major in `type` blocks.
+ *
+ * MLX affine quantization (type LS_TYPE_MLX_AFFINE, ../shared/specs/gemma.md 6.4): `data`
+ * holds the packed rows (each row a little-endian bit stream of cols * bits bits, so
+ * row_bytes = cols * bits / 8), `scales` and `biases` hold [rows][cols / group] values of
+ * type `sb_type` (LS_TYPE_F32, LS_TYPE_F16 or LS_TYPE_BF16); element (r, c) is
+ * scales[r][c / group] * q + biases[r][c / group]. The extra fields are unused otherwise. */
 typedef struct {
     ls_type type;
     const void *data;
     int64_t rows, cols;
     uint64_t row_bytes;
+    const void *scales, *biases;
+    ls_type sb_type;
+    int32_t bits, group;
 } ls_weight;
 
 /* Attention over a chronological KV cache. Keys/values are float16, slot s holding the
