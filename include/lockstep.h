@@ -96,6 +96,39 @@ int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t log
                     size_t errlen);
 /* Forget every position >= pos (rollback). */
 int ls_session_truncate(ls_session *s, int32_t pos);
+/* Wall time of the forward step that served the session's last eval (with a batcher: the
+ * whole shared step, i.e. how long this session's request was held up by it). */
+double ls_session_last_step_ms(const ls_session *s);
+
+/* ---- batching: several sessions, one forward per step ----------------------------- */
+
+/* A batcher runs the evals of every attached session in shared forward steps: one forward
+ * over all queued rows (decode tokens, verify blocks, prefill chunks of n_batch rows), on
+ * its own thread and thread pool. ls_session_eval keeps its meaning and its bits (the
+ * kernels are batch-invariant); it just waits for the step that serves it. */
+typedef struct ls_batcher ls_batcher;
+typedef struct {
+    int32_t n_threads;      /* 0 = all cores */
+    int32_t max_rows;       /* most rows in one step; 0 = 256 */
+    int32_t max_logit_rows; /* most logits rows in one step; 0 = 64 */
+    int32_t n_ctx;          /* longest context of an attached session; 0 = the model's */
+} ls_batcher_params;
+ls_batcher_params ls_batcher_default_params(void);
+int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out, char *err, size_t errlen);
+/* Attached sessions must be detached or freed first. */
+void ls_batcher_free(ls_batcher *b);
+/* Route the session's evals through b (NULL: detach; back to its own forwards). Call while
+ * no eval of s is running. */
+int ls_session_attach(ls_session *s, ls_batcher *b, char *err, size_t errlen);
+/* Tell the batcher not to wait for this session's next eval (ls_generate calls it when it
+ * returns); a no-op for a session without a batcher. */
+void ls_session_idle(ls_session *s);
+typedef struct {
+    uint64_t steps, rows, segments; /* forward steps, rows and session segments they ran */
+    double busy_ms;                 /* time spent in forwards */
+    int32_t max_segments;           /* most sessions in one step so far */
+} ls_batcher_stats;
+void ls_batcher_get_stats(ls_batcher *b, ls_batcher_stats *st);
 
 /* ---- sampling ------------------------------------------------------------------- */
 
@@ -167,6 +200,9 @@ typedef struct {
     bool skip_probe;    /* tests only: do not run the start-up probe */
     /* Optional: called with every emitted token id, in order (before the text callback). */
     void (*on_token)(int32_t id, void *ud);
+    /* Optional: polled between prefill chunks and before every decode step or round; true
+     * stops generation (stop_reason "cancelled"). */
+    bool (*cancelled)(void *ud);
 } ls_gen_params;
 ls_gen_params ls_gen_default_params(void);
 
@@ -175,7 +211,7 @@ enum { LS_SPEC_MAX_BLOCK = 16 };
 typedef struct {
     int32_t n_prompt, n_generated;
     double prefill_ms, decode_ms;
-    const char *stop_reason; /* "eos", "length", "context", "stopped" */
+    const char *stop_reason; /* "eos", "length", "context", "stopped", "cancelled" */
     /* Speculative rounds (all zero for classic decoding). */
     bool speculative;          /* speculation was used */
     const char *spec_declined; /* NULL, or why speculation was declined */
@@ -185,6 +221,9 @@ typedef struct {
     int64_t proposed_at[LS_SPEC_MAX_BLOCK];
     double draft_ms, verify_ms, rollback_ms, probe_ms;
     int32_t final_block_size;
+    /* Longest forward step that served this generation (with a batcher, a shared step):
+     * head-of-line stalls show here. */
+    double max_step_ms;
 } ls_gen_stats;
 /* One line of key=value pairs (acceptance_rate, emitted_per_verify, ...) into buf. */
 int ls_gen_stats_format(const ls_gen_stats *st, char *buf, size_t cap);

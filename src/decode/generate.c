@@ -71,12 +71,31 @@ static bool emit(gen_state *g, int32_t pos, int32_t tok) {
     return !g->done;
 }
 
-static int prefill(ls_session *s, const int32_t *tokens, int32_t n, float *logits, char *err, size_t errlen) {
-    int32_t nb = ls_session_n_batch(s);
+/* Every target forward of a generation goes through here, to track the longest step. */
+static int eval(gen_state *g, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
+                size_t errlen) {
+    int rc = ls_session_eval(g->s, tokens, n, logits_from, logits, err, errlen);
+    double ms = ls_session_last_step_ms(g->s);
+    if (ms > g->st->max_step_ms) g->st->max_step_ms = ms;
+    return rc;
+}
+
+static bool cancelled(gen_state *g) {
+    if (!g->gp->cancelled || !g->gp->cancelled(g->ud)) return false;
+    g->st->stop_reason = "cancelled";
+    g->done = true;
+    return true;
+}
+
+/* Chunks of n_batch rows; cancellation is checked between chunks, so a client that leaves
+ * during a long prompt frees its slot after at most one chunk. */
+static int prefill(gen_state *g, const int32_t *tokens, int32_t n, float *logits, char *err, size_t errlen) {
+    int32_t nb = ls_session_n_batch(g->s);
     for (int32_t i = 0; i < n; i += nb) {
+        if (cancelled(g)) return LS_OK;
         int32_t m = n - i < nb ? n - i : nb;
         bool last = i + m == n;
-        int rc = ls_session_eval(s, tokens + i, m, last ? m - 1 : m, last ? logits : NULL, err, errlen);
+        int rc = eval(g, tokens + i, m, last ? m - 1 : m, last ? logits : NULL, err, errlen);
         if (rc != LS_OK) return rc;
     }
     return LS_OK;
@@ -85,8 +104,8 @@ static int prefill(ls_session *s, const int32_t *tokens, int32_t n, float *logit
 static int classic_loop(gen_state *g, float *logits, int32_t pos, char *err, size_t errlen) {
     for (;;) {
         int32_t tok = ls_sample(&g->gp->sampling, logits, g->n_vocab, g->hist, pos);
-        if (!emit(g, pos, tok)) return LS_OK;
-        int rc = ls_session_eval(g->s, &tok, 1, 0, logits, err, errlen);
+        if (!emit(g, pos, tok) || cancelled(g)) return LS_OK;
+        int rc = eval(g, &tok, 1, 0, logits, err, errlen);
         if (rc != LS_OK) return rc;
         pos++;
     }
@@ -123,6 +142,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
     if (!emit(g, pos, tok)) return LS_OK;
     int32_t n = pos + 1; /* hist[0..n): the last entry is the bonus, not yet run */
     for (;;) {
+        if (cancelled(g)) return LS_OK;
         int32_t k = gp->adaptive ? ls_adapt_choose(&ad) : kmax;
         int32_t maxd = k - 1;
         int32_t remaining = g->budget - st->n_generated;
@@ -136,7 +156,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         double t1 = now_ms();
         block[0] = g->hist[n - 1];
         memcpy(block + 1, drafts, sizeof(int32_t) * (size_t)nd);
-        int rc = ls_session_eval(g->s, block, nd + 1, 0, logits_buf, err, errlen);
+        int rc = eval(g, block, nd + 1, 0, logits_buf, err, errlen);
         if (rc != LS_OK) return rc;
         int32_t emitted = 0, accepted = 0;
         bool ended = false;
@@ -258,16 +278,17 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
     double t0 = now_ms();
     int rc = ls_session_truncate(s, 0);
     if (spec) gp->drafter->ops->rollback(gp->drafter, 0);
-    if (rc == LS_OK) rc = prefill(s, prompt, n_prompt, logits, err, errlen);
+    if (rc == LS_OK) rc = prefill(&g, prompt, n_prompt, logits, err, errlen);
     double t1 = now_ms();
     st.prefill_ms = t1 - t0;
     st.speculative = spec;
-    if (rc == LS_OK && budget > 0)
+    if (rc == LS_OK && budget > 0 && !g.done)
         rc = spec ? spec_loop(&g, logits, n_prompt, err, errlen) : classic_loop(&g, logits, n_prompt, err, errlen);
     char text[64];
     int n = ls_detok_finish(&g.dt, text, sizeof text);
     if (n > 0 && cb) cb(text, (size_t)n, ud);
     st.decode_ms = now_ms() - t1;
+    ls_session_idle(s);
     if (stats) *stats = st;
     free(hist);
     free(logits);

@@ -4,7 +4,10 @@
  *                                               theta 10k on sliding layers, 1M on full)
  *   x += post_ffw_norm(down(gelu_tanh(gate(h)) * up(h))), h = ffn_norm(x)
  * then output_norm and the tied LM head. GGUF norm weights already include the +1.
- * Every op is row-independent (backend.h), so row r's bits do not depend on n. */
+ * Every op is row-independent (backend.h), so row r's bits do not depend on n, nor on the
+ * other segments of a step: the rows of several sessions run through every matmul
+ * together (one read of the weights for all of them), and only KV writes and attention
+ * are done per segment, against that segment's own cache. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,7 +36,8 @@ const char *ls_stage_name(ls_stage st) {
  * the block's last row by at least 1 and at least its own magnitude: a one-ulp flip would
  * be absorbed downstream (int8 activation quantization, f16 KV, the next RMSNorm), the
  * logits would not change and the probe would never see it. */
-static void stage_done(ls_session *s, int32_t layer, ls_stage st, float *rows, int32_t n, int64_t width, int32_t pos0) {
+static void stage_done_seg(ls_session *s, int32_t layer, ls_stage st, float *rows, int32_t n, int64_t width,
+                           int32_t pos0) {
     if (s->fault_on && n > 1 && layer == s->fault_layer && st == s->fault_stage) {
         float *x = rows + (int64_t)(n - 1) * width; /* last row of the block */
         x[0] += 1.0f + fabsf(x[0]);
@@ -41,65 +45,34 @@ static void stage_done(ls_session *s, int32_t layer, ls_stage st, float *rows, i
     if (s->capture) s->capture(s->capture_ud, layer, st, rows, n, width, pos0);
 }
 
-static void attention_block(ls_session *s, const ls_layer *l, ls_kv_layer *c, int32_t pos0, int32_t n) {
-    const ls_config *cfg = &s->model->cfg;
-    ls_backend *be = s->be;
-    const ls_backend_ops *op = be->ops;
-    int32_t hd = cfg->head_dim, nh = cfg->n_head, nkv = cfg->n_head_kv;
-    float base = l->sliding ? cfg->rope_base_sliding : cfg->rope_base_full;
-
-    op->matmul(be, &l->wq, s->xn, n, s->q);
-    op->matmul(be, &l->wk, s->xn, n, s->k);
-    op->matmul(be, &l->wv, s->xn, n, s->v);
-    op->rmsnorm(be, s->q, l->q_norm, (int64_t)n * nh, hd, cfg->eps);
-    op->rmsnorm(be, s->k, l->k_norm, (int64_t)n * nkv, hd, cfg->eps);
-    op->rope(be, s->q, n, nh, hd, hd, s->positions, base);
-    op->rope(be, s->k, n, nkv, hd, hd, s->positions, base);
-    store_kv(c, s->k, s->v, pos0, n);
-    ls_kv_commit(c, pos0 + n);
-
-    ls_attn_args a = {
-        .q = s->q,
-        .out = s->att,
-        .k = c->k,
-        .v = c->v,
-        .m = n,
-        .n_head = nh,
-        .n_kv = nkv,
-        .hd = hd,
-        .q_pos = s->positions,
-        .first_pos = c->first_pos,
-        .n_slots = c->n,
-        .window = l->sliding ? cfg->sliding_window : 0,
-        .scale = cfg->attn_scale,
-    };
-    op->attention(be, &a);
-    op->matmul(be, &l->wo, s->att, n, s->tmp);
+/* The probe hooks, per segment: rows of segment j start at row off[j] of `rows`. Only
+ * sessions with a hook set pay for the loop's checks. */
+static void stage_done(ls_fwd_seg *segs, int nseg, const int32_t *off, int32_t layer, ls_stage st, float *rows,
+                       int64_t width) {
+    for (int j = 0; j < nseg; j++) {
+        ls_session *s = segs[j].s;
+        if (s->fault_on || s->capture)
+            stage_done_seg(s, layer, st, rows + (int64_t)off[j] * width, segs[j].n, width, s->pos);
+    }
 }
 
-int ls_gemma3_forward(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
-                      size_t errlen) {
-    ls_model *m = s->model;
-    const ls_config *cfg = &m->cfg;
-    ls_backend *be = s->be;
-    const ls_backend_ops *op = be->ops;
-    int32_t pos0 = s->pos;
-    int64_t d = cfg->n_embd;
-
-    if (n <= 0 || n > s->n_batch) {
-        snprintf(err, errlen, "eval: %d rows (must be 1..%d)", n, s->n_batch);
+int ls_fwd_prepare(const ls_fwd_seg *g, int32_t max_rows, char *err, size_t errlen) {
+    ls_session *s = g->s;
+    const ls_config *cfg = &s->model->cfg;
+    int32_t n = g->n;
+    if (n <= 0 || n > s->n_batch || n > max_rows) {
+        snprintf(err, errlen, "eval: %d rows (must be 1..%d)", n, s->n_batch < max_rows ? s->n_batch : max_rows);
         return LS_ERR_ARG;
     }
-    if (pos0 + n > s->n_ctx) {
-        snprintf(err, errlen, "context full: %d + %d tokens exceed the context length %d", pos0, n, s->n_ctx);
+    if (s->pos + n > s->n_ctx) {
+        snprintf(err, errlen, "context full: %d + %d tokens exceed the context length %d", s->pos, n, s->n_ctx);
         return LS_ERR_CONTEXT;
     }
     for (int32_t r = 0; r < n; r++) {
-        if (tokens[r] < 0 || tokens[r] >= cfg->n_vocab) {
-            snprintf(err, errlen, "eval: token id %d out of range [0, %d)", tokens[r], cfg->n_vocab);
+        if (g->tokens[r] < 0 || g->tokens[r] >= cfg->n_vocab) {
+            snprintf(err, errlen, "eval: token id %d out of range [0, %d)", g->tokens[r], cfg->n_vocab);
             return LS_ERR_ARG;
         }
-        s->positions[r] = pos0 + r;
     }
     for (int i = 0; i < cfg->n_layer; i++) {
         if (ls_kv_reserve(&s->kv[i], n) != 0) {
@@ -107,40 +80,131 @@ int ls_gemma3_forward(ls_session *s, const int32_t *tokens, int32_t n, int32_t l
             return LS_ERR_CONTEXT;
         }
     }
+    return LS_OK;
+}
 
-    op->get_rows(be, &m->tok_embd, tokens, n, s->x);
-    for (int64_t i = 0; i < n * d; i++) s->x[i] *= cfg->embd_scale;
+static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, const int32_t *off, int32_t n,
+                            int layer) {
+    const ls_model *m = segs[0].s->model;
+    const ls_config *cfg = &m->cfg;
+    const ls_layer *l = &m->layers[layer];
+    const ls_backend_ops *op = be->ops;
+    int32_t hd = cfg->head_dim, nh = cfg->n_head, nkv = cfg->n_head_kv;
+    int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
+    float base = l->sliding ? cfg->rope_base_sliding : cfg->rope_base_full;
+
+    op->matmul(be, &l->wq, ws->xn, n, ws->q);
+    op->matmul(be, &l->wk, ws->xn, n, ws->k);
+    op->matmul(be, &l->wv, ws->xn, n, ws->v);
+    op->rmsnorm(be, ws->q, l->q_norm, (int64_t)n * nh, hd, cfg->eps);
+    op->rmsnorm(be, ws->k, l->k_norm, (int64_t)n * nkv, hd, cfg->eps);
+    op->rope(be, ws->q, n, nh, hd, hd, ws->positions, base);
+    op->rope(be, ws->k, n, nkv, hd, hd, ws->positions, base);
+    for (int j = 0; j < nseg; j++) {
+        ls_session *s = segs[j].s;
+        ls_kv_layer *c = &s->kv[layer];
+        store_kv(c, ws->k + off[j] * kvd, ws->v + off[j] * kvd, s->pos, segs[j].n);
+        ls_kv_commit(c, s->pos + segs[j].n);
+        ls_attn_args a = {
+            .q = ws->q + off[j] * qd,
+            .out = ws->att + off[j] * qd,
+            .k = c->k,
+            .v = c->v,
+            .m = segs[j].n,
+            .n_head = nh,
+            .n_kv = nkv,
+            .hd = hd,
+            .q_pos = ws->positions + off[j],
+            .first_pos = c->first_pos,
+            .n_slots = c->n,
+            .window = l->sliding ? cfg->sliding_window : 0,
+            .scale = cfg->attn_scale,
+        };
+        op->attention(be, &a);
+    }
+    op->matmul(be, &l->wo, ws->att, n, ws->tmp);
+}
+
+/* Final norm and the tied LM head over the rows that want logits, gathered so one matmul
+ * serves every segment; a single segment writes straight into its own buffer. */
+static void lm_head(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, const int32_t *off) {
+    const ls_model *m = segs[0].s->model;
+    const ls_config *cfg = &m->cfg;
+    const ls_backend_ops *op = be->ops;
+    int64_t d = cfg->n_embd, nv = cfg->n_vocab;
+    int32_t nl = 0;
+    for (int j = 0; j < nseg; j++) {
+        ls_fwd_seg *g = &segs[j];
+        if (!g->logits || g->logits_from >= g->n) continue;
+        int32_t from = g->logits_from < 0 ? 0 : g->logits_from, rows = g->n - from;
+        float *h = ws->x + (int64_t)(off[j] + from) * d;
+        op->rmsnorm(be, h, m->output_norm, rows, d, cfg->eps);
+        if (g->s->fault_on || g->s->capture)
+            stage_done_seg(g->s, -1, LS_STAGE_FINAL_NORM, h, rows, d, g->s->pos + from);
+        memmove(ws->xn + (int64_t)nl * d, h, sizeof(float) * (size_t)(rows * d));
+        nl += rows;
+    }
+    if (nl == 0) return;
+    int with = 0, only = 0;
+    for (int j = 0; j < nseg; j++)
+        if (segs[j].logits && segs[j].logits_from < segs[j].n) with++, only = j;
+    if (with == 1) {
+        ls_fwd_seg *g = &segs[only];
+        op->matmul(be, &m->tok_embd, ws->xn, nl, g->logits);
+        if (g->s->fault_on || g->s->capture)
+            stage_done_seg(g->s, -1, LS_STAGE_LM_HEAD, g->logits, nl, nv, g->s->pos + g->n - nl);
+        return;
+    }
+    LS_ASSERT(nl <= ws->logit_cap);
+    op->matmul(be, &m->tok_embd, ws->xn, nl, ws->logits);
+    int32_t at = 0;
+    for (int j = 0; j < nseg; j++) {
+        ls_fwd_seg *g = &segs[j];
+        if (!g->logits || g->logits_from >= g->n) continue;
+        int32_t from = g->logits_from < 0 ? 0 : g->logits_from, rows = g->n - from;
+        memcpy(g->logits, ws->logits + (int64_t)at * nv, sizeof(float) * (size_t)(rows * nv));
+        if (g->s->fault_on || g->s->capture)
+            stage_done_seg(g->s, -1, LS_STAGE_LM_HEAD, g->logits, rows, nv, g->s->pos + from);
+        at += rows;
+    }
+}
+
+void ls_gemma3_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg) {
+    const ls_model *m = segs[0].s->model;
+    const ls_config *cfg = &m->cfg;
+    const ls_backend_ops *op = be->ops;
+    int64_t d = cfg->n_embd;
+    int32_t off[LS_MAX_SEGS], n = 0;
+    LS_ASSERT(nseg >= 1 && nseg <= LS_MAX_SEGS);
+    for (int j = 0; j < nseg; j++) {
+        off[j] = n;
+        for (int32_t r = 0; r < segs[j].n; r++) ws->positions[n + r] = segs[j].s->pos + r;
+        op->get_rows(be, &m->tok_embd, segs[j].tokens, segs[j].n, ws->x + (int64_t)n * d);
+        n += segs[j].n;
+    }
+    LS_ASSERT(n <= ws->cap);
+    for (int64_t i = 0; i < n * d; i++) ws->x[i] *= cfg->embd_scale;
 
     for (int i = 0; i < cfg->n_layer; i++) {
         const ls_layer *l = &m->layers[i];
-        memcpy(s->xn, s->x, sizeof(float) * (size_t)(n * d));
-        op->rmsnorm(be, s->xn, l->attn_norm, n, d, cfg->eps);
-        attention_block(s, l, &s->kv[i], pos0, n);
-        stage_done(s, i, LS_STAGE_ATTENTION, s->tmp, n, d, pos0);
-        op->rmsnorm(be, s->tmp, l->post_attn_norm, n, d, cfg->eps);
-        op->add(be, s->x, s->tmp, n * d);
+        memcpy(ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
+        op->rmsnorm(be, ws->xn, l->attn_norm, n, d, cfg->eps);
+        attention_block(be, ws, segs, nseg, off, n, i);
+        stage_done(segs, nseg, off, i, LS_STAGE_ATTENTION, ws->tmp, d);
+        op->rmsnorm(be, ws->tmp, l->post_attn_norm, n, d, cfg->eps);
+        op->add(be, ws->x, ws->tmp, n * d);
 
-        memcpy(s->xn, s->x, sizeof(float) * (size_t)(n * d));
-        op->rmsnorm(be, s->xn, l->ffn_norm, n, d, cfg->eps);
-        op->matmul(be, &l->w_gate, s->xn, n, s->gate);
-        op->matmul(be, &l->w_up, s->xn, n, s->up);
-        op->gelu_mul(be, s->gate, s->up, (int64_t)n * cfg->n_ff);
-        op->matmul(be, &l->w_down, s->gate, n, s->tmp);
-        stage_done(s, i, LS_STAGE_MLP, s->tmp, n, d, pos0);
-        op->rmsnorm(be, s->tmp, l->post_ffw_norm, n, d, cfg->eps);
-        op->add(be, s->x, s->tmp, n * d);
-        stage_done(s, i, LS_STAGE_LAYER_OUTPUT, s->x, n, d, pos0);
+        memcpy(ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
+        op->rmsnorm(be, ws->xn, l->ffn_norm, n, d, cfg->eps);
+        op->matmul(be, &l->w_gate, ws->xn, n, ws->gate);
+        op->matmul(be, &l->w_up, ws->xn, n, ws->up);
+        op->gelu_mul(be, ws->gate, ws->up, (int64_t)n * cfg->n_ff);
+        op->matmul(be, &l->w_down, ws->gate, n, ws->tmp);
+        stage_done(segs, nseg, off, i, LS_STAGE_MLP, ws->tmp, d);
+        op->rmsnorm(be, ws->tmp, l->post_ffw_norm, n, d, cfg->eps);
+        op->add(be, ws->x, ws->tmp, n * d);
+        stage_done(segs, nseg, off, i, LS_STAGE_LAYER_OUTPUT, ws->x, d);
     }
-    s->pos = pos0 + n;
-
-    if (logits && logits_from < n) {
-        if (logits_from < 0) logits_from = 0;
-        int32_t nl = n - logits_from;
-        float *h = s->x + (int64_t)logits_from * d;
-        op->rmsnorm(be, h, m->output_norm, nl, d, cfg->eps);
-        stage_done(s, -1, LS_STAGE_FINAL_NORM, h, nl, d, pos0 + logits_from);
-        op->matmul(be, &m->tok_embd, h, nl, logits);
-        stage_done(s, -1, LS_STAGE_LM_HEAD, logits, nl, cfg->n_vocab, pos0 + logits_from);
-    }
-    return LS_OK;
+    lm_head(be, ws, segs, nseg, off);
+    for (int j = 0; j < nseg; j++) segs[j].s->pos += segs[j].n;
 }

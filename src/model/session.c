@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "model/session.h"
@@ -52,7 +53,7 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
     uint64_t kv_bytes = 0;
     for (int i = 0; i < c->n_layer; i++)
         kv_bytes += ls_kv_bytes(kv_capacity(c, n_ctx, n_batch, m->layers[i].sliding), (int32_t)kvd);
-    uint64_t act = sizeof(float) * (uint64_t)n_batch * (uint64_t)(3 * d + 2 * qd + 2 * kvd + 2 * (int64_t)c->n_ff);
+    uint64_t act = ls_workspace_bytes(m, n_batch, 0);
     uint64_t total = kv_bytes + act + sizeof(float) * (uint64_t)n_ctx * (uint64_t)n_threads;
     uint64_t avail = mem_available();
     if (avail && total > avail) {
@@ -76,13 +77,7 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
         if (ls_kv_init(&s->kv[i], kv_capacity(c, n_ctx, n_batch, sl), (int32_t)kvd, sl ? c->sliding_window : 0))
             goto nomem;
     }
-#define ALLOC(ptr, count) ((ptr) = malloc(sizeof(*(ptr)) * (size_t)(count)))
-    if (!ALLOC(s->x, n_batch * d) || !ALLOC(s->xn, n_batch * d) || !ALLOC(s->tmp, n_batch * d) ||
-        !ALLOC(s->q, n_batch * qd) || !ALLOC(s->k, n_batch * kvd) || !ALLOC(s->v, n_batch * kvd) ||
-        !ALLOC(s->att, n_batch * qd) || !ALLOC(s->gate, (int64_t)n_batch * c->n_ff) ||
-        !ALLOC(s->up, (int64_t)n_batch * c->n_ff) || !ALLOC(s->positions, n_batch))
-        goto nomem;
-#undef ALLOC
+    if (ls_workspace_init(&s->ws, m, n_batch, 0) != 0) goto nomem;
     int64_t max_cols = d;
     if (qd > max_cols) max_cols = qd;
     if (c->n_ff > max_cols) max_cols = c->n_ff;
@@ -98,19 +93,11 @@ nomem:
 
 void ls_session_free(ls_session *s) {
     if (!s) return;
+    if (s->batcher) ls_session_attach(s, NULL, NULL, 0);
     if (s->kv)
         for (int i = 0; i < s->model->cfg.n_layer; i++) ls_kv_free(&s->kv[i]);
     free(s->kv);
-    free(s->x);
-    free(s->xn);
-    free(s->tmp);
-    free(s->q);
-    free(s->k);
-    free(s->v);
-    free(s->att);
-    free(s->gate);
-    free(s->up);
-    free(s->positions);
+    ls_workspace_free(&s->ws);
     if (s->be) s->be->ops->free(s->be);
     free(s);
 }
@@ -127,13 +114,23 @@ int32_t ls_session_n_vocab(const ls_session *s) {
 int32_t ls_session_n_batch(const ls_session *s) {
     return s->n_batch;
 }
+double ls_session_last_step_ms(const ls_session *s) {
+    return s->last_step_ms;
+}
 int32_t ls_session_n_threads(const ls_session *s) {
     return s->n_threads;
 }
 
 int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
                     size_t errlen) {
-    return ls_gemma3_forward(s, tokens, n, logits_from, logits, err, errlen);
+    ls_fwd_seg g = {.s = s, .tokens = tokens, .n = n, .logits_from = logits_from, .logits = logits};
+    if (s->batcher) return ls_batcher_eval(s->batcher, &g, err, errlen);
+    double t0 = ls_now_ms();
+    int rc = ls_fwd_prepare(&g, s->n_batch, err, errlen);
+    if (rc != LS_OK) return rc;
+    ls_gemma3_forward(s->be, &s->ws, &g, 1);
+    s->last_step_ms = ls_now_ms() - t0;
+    return LS_OK;
 }
 
 int ls_session_truncate(ls_session *s, int32_t pos) {

@@ -27,23 +27,43 @@ const char *ls_stage_name(ls_stage st);
 typedef void (*ls_capture_fn)(void *ud, int32_t layer, ls_stage st, const float *rows, int32_t n, int64_t width,
                               int32_t pos0);
 
+/* Activation buffers for forwards of up to `cap` rows. A session owns one for its own
+ * evals; a batcher owns a larger one for the shared steps of many sessions. */
+typedef struct {
+    int32_t cap;        /* rows */
+    float *x;           /* [cap][n_embd] residual stream */
+    float *xn;          /* [cap][n_embd] normed input of a sub-block */
+    float *tmp;         /* [cap][n_embd] sub-block output */
+    float *q;           /* [cap][n_head * head_dim] */
+    float *k;           /* [cap][n_head_kv * head_dim] */
+    float *v;           /* [cap][n_head_kv * head_dim] */
+    float *att;         /* [cap][n_head * head_dim] */
+    float *gate;        /* [cap][n_ff] */
+    float *up;          /* [cap][n_ff] */
+    int32_t *positions; /* [cap] */
+    /* Logits of a multi-segment step, copied out to each segment afterwards (one LM-head
+     * matmul for every row of the step): [logit_cap][n_vocab]; 0 rows for a session's own. */
+    float *logits;
+    int32_t logit_cap;
+} ls_workspace;
+
+uint64_t ls_workspace_bytes(const ls_model *m, int32_t rows, int32_t logit_rows);
+int ls_workspace_init(ls_workspace *ws, const ls_model *m, int32_t rows, int32_t logit_rows);
+void ls_workspace_free(ls_workspace *ws);
+
+struct ls_batcher;
+
 struct ls_session {
     ls_model *model;
     ls_backend *be;
     int32_t n_ctx, n_batch, n_threads;
     int32_t pos;     /* tokens in the cache */
     ls_kv_layer *kv; /* [n_layer] */
-    /* Activations, n_batch rows each. */
-    float *x;           /* [n_batch][n_embd] residual stream */
-    float *xn;          /* [n_batch][n_embd] normed input of a sub-block */
-    float *tmp;         /* [n_batch][n_embd] sub-block output */
-    float *q;           /* [n_batch][n_head * head_dim] */
-    float *k;           /* [n_batch][n_head_kv * head_dim] */
-    float *v;           /* [n_batch][n_head_kv * head_dim] */
-    float *att;         /* [n_batch][n_head * head_dim] */
-    float *gate;        /* [n_batch][n_ff] */
-    float *up;          /* [n_batch][n_ff] */
-    int32_t *positions; /* [n_batch] */
+    ls_workspace ws; /* n_batch rows */
+    /* When attached, evals run inside the batcher's shared forward steps (batcher.c). */
+    struct ls_batcher *batcher;
+    bool batch_idle;     /* guarded by the batcher's mutex: not expected back soon */
+    double last_step_ms; /* wall time of the forward step that served the last eval */
     /* Exactness-probe hooks (NULL / off in normal operation; never set on a request path). */
     ls_capture_fn capture;
     void *capture_ud;
@@ -55,12 +75,34 @@ struct ls_session {
     ls_stage fault_stage;
 };
 
+/* Most segments (sessions) in one forward step. */
+enum { LS_MAX_SEGS = 64 };
+
+/* One session's part of a forward step: n tokens at its positions pos..pos+n-1; logits for
+ * rows [logits_from, n) into `logits` (NULL: none). */
+typedef struct {
+    ls_session *s;
+    const int32_t *tokens;
+    int32_t n, logits_from;
+    float *logits;
+} ls_fwd_seg;
+
 /* Internal controls used by the probe and its tests. */
 void ls_session_set_capture(ls_session *s, ls_capture_fn fn, void *ud);
 void ls_session_set_fault(ls_session *s, bool on, int32_t layer, ls_stage stage);
 
-/* The forward pass (gemma3_forward.c). */
-int ls_gemma3_forward(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
-                      size_t errlen);
+/* Check a segment (row count, token ids, context) and make room in its KV caches.
+ * Returns LS_OK or an error code with a message; a failed segment changes nothing the
+ * session's next eval depends on. */
+int ls_fwd_prepare(const ls_fwd_seg *g, int32_t max_rows, char *err, size_t errlen);
+/* The forward pass (gemma3_forward.c) over the segments of one step, rows concatenated in
+ * `ws` (total rows <= ws->cap). Segments must be prepared. Every row's bits are those of a
+ * forward of its segment alone (batch-invariant ops). More than one segment with logits
+ * needs ws->logit_cap >= the total logit rows. */
+void ls_gemma3_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg);
+
+/* Batcher internals used by session.c / generate.c. */
+int ls_batcher_eval(struct ls_batcher *b, ls_fwd_seg *seg, char *err, size_t errlen);
+void ls_batcher_idle(struct ls_batcher *b, ls_session *s);
 
 #endif

@@ -13,7 +13,7 @@
 #include "server.h"
 
 static void serve_usage(FILE *f) {
-    fprintf(f, "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N]\n"
+    fprintf(f, "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N] [-b N]\n"
                "                      [--api-key KEY] [--draft ngram|model] [--model-draft PATH]\n"
                "                      [--draft-block-size K] [--allow-inexact] [--timeout S] [--alias NAME]\n"
                "  Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
@@ -21,7 +21,10 @@ static void serve_usage(FILE *f) {
                "  --parallel N   slots (sequences decoded concurrently, each with its own KV cache); default 1;\n"
                "                 up to 2*N more requests wait in a queue, beyond that 503 + Retry-After\n"
                "  -c N           context per slot (default: the model's training context)\n"
-               "  -t N           threads per slot (default: max(1, cores / parallel))\n"
+               "  -t N           threads of the forward steps (default: all cores); all slots' decode rows\n"
+               "                 run in one forward per step\n"
+               "  -b N           prompt chunk: most prompt tokens of one request per step (default 64),\n"
+               "                 so a long prompt does not stall the other streams\n"
                "  --port 0       picks a free port (printed on stderr)\n"
                "  --timeout S    idle connection timeout and per-request generation limit (default 600)\n"
                "  --api-key KEY  require 'Authorization: Bearer KEY' (not for /health)\n");
@@ -43,6 +46,7 @@ int cmd_serve(int argc, char **argv) {
                                          {"parallel", required_argument, 0, O_PAR},
                                          {"ctx-size", required_argument, 0, 'c'},
                                          {"threads", required_argument, 0, 't'},
+                                         {"batch-size", required_argument, 0, 'b'},
                                          {"api-key", required_argument, 0, O_KEY},
                                          {"draft", required_argument, 0, O_DRAFT},
                                          {"model-draft", required_argument, 0, O_MDRAFT},
@@ -58,6 +62,7 @@ int cmd_serve(int argc, char **argv) {
     cfg->host = "127.0.0.1";
     cfg->port = 8080;
     cfg->parallel = 1;
+    cfg->n_batch = 64;
     cfg->block_size = 4;
     cfg->timeout_s = 600;
     const char *ai = getenv("LOCKSTEP_ALLOW_INEXACT");
@@ -66,7 +71,7 @@ int cmd_serve(int argc, char **argv) {
     optind = 1;
     opterr = 1;
     int o;
-    while ((o = getopt_long(argc, argv, "m:c:t:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "m:c:t:b:h", opts, NULL)) != -1) {
         bool ok = true;
         switch (o) {
         case 'm': cfg->model_path = optarg; break;
@@ -75,6 +80,7 @@ int cmd_serve(int argc, char **argv) {
         case O_PAR: ok = cli_parse_i32("--parallel", optarg, 1, 256, &v), cfg->parallel = v; break;
         case 'c': ok = cli_parse_i32("-c", optarg, 1, 1 << 24, &v), cfg->n_ctx = v; break;
         case 't': ok = cli_parse_i32("-t", optarg, 1, 512, &v), cfg->n_threads = v; break;
+        case 'b': ok = cli_parse_i32("-b", optarg, 1, 4096, &v), cfg->n_batch = v; break;
         case O_KEY: cfg->api_key = optarg; break;
         case O_DRAFT: cfg->draft_kind = optarg; break;
         case O_MDRAFT: cfg->draft_path = optarg; break;
@@ -109,9 +115,9 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!cfg->n_threads) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        cfg->n_threads = (int)(cores / cfg->parallel);
-        if (cfg->n_threads < 1) cfg->n_threads = 1;
+        cfg->n_threads = cores > 0 ? (int)cores : 1;
     }
+    if (cfg->draft_kind && cfg->n_batch < cfg->block_size) cfg->n_batch = cfg->block_size;
     cfg->queue_cap = 2 * cfg->parallel;
     s->n_slots = cfg->parallel;
     pthread_mutex_init(&s->mu, NULL);
@@ -163,7 +169,7 @@ int cmd_serve(int argc, char **argv) {
     srv_warmup_probe(s);
     atomic_store(&s->ready, true);
     fprintf(stderr,
-            "lockstep serve: ready on http://%s:%d  model=%s slots=%d threads/slot=%d ctx=%d backend=%s "
+            "lockstep serve: ready on http://%s:%d  model=%s slots=%d threads=%d ctx=%d backend=%s "
             "speculation=%s%s%s\n",
             cfg->host, srv_http_port(), s->model_id, s->n_slots, cfg->n_threads, s->n_ctx, ls_backend_name(),
             s->spec_state, *s->spec_detail ? ": " : "", s->spec_detail);

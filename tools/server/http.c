@@ -165,7 +165,7 @@ static enum MHD_Result handle_models(srv_server *s, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result handle_metrics(srv_server *s, struct MHD_Connection *c) {
-    size_t cap = 8192, n = 0;
+    size_t cap = 16384, n = 0;
     char *b = malloc(cap);
     if (!b) return MHD_NO;
 #define P(...) n += (size_t)snprintf(b + n, n < cap ? cap - n : 0, __VA_ARGS__)
@@ -210,7 +210,37 @@ static enum MHD_Result handle_metrics(srv_server *s, struct MHD_Connection *c) {
     P("# HELP lockstep_spec_declined_total Requests where speculation was declined (exactness probe).\n"
       "# TYPE lockstep_spec_declined_total counter\nlockstep_spec_declined_total %llu\n",
       s->spec_declined);
+    for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++) {
+        if (!s->spec_proposed_at[i]) continue;
+        if (i == 0)
+            P("# HELP lockstep_spec_accepted_at_position_total Draft tokens accepted, by block position (1 = first "
+              "draft).\n# TYPE lockstep_spec_accepted_at_position_total counter\n");
+        P("lockstep_spec_accepted_at_position_total{position=\"%d\"} %llu\n", i + 1, s->spec_accepted_at[i]);
+    }
+    double busy = s->busy_ms + (s->active ? srv_now_ms() - s->busy_since : 0);
+    P("# HELP lockstep_tokens_per_second Generated tokens per second of time with a request active.\n"
+      "# TYPE lockstep_tokens_per_second gauge\nlockstep_tokens_per_second %.3f\n",
+      busy > 0 ? s->generated_tokens * 1e3 / busy : 0.0);
     pthread_mutex_unlock(&s->mu);
+    if (s->batcher) {
+        ls_batcher_stats bs;
+        ls_batcher_get_stats(s->batcher, &bs);
+        P("# HELP lockstep_batch_steps_total Forward steps (each serves every slot with work).\n"
+          "# TYPE lockstep_batch_steps_total counter\nlockstep_batch_steps_total %llu\n",
+          (unsigned long long)bs.steps);
+        P("# HELP lockstep_batch_rows_total Rows run by forward steps.\n"
+          "# TYPE lockstep_batch_rows_total counter\nlockstep_batch_rows_total %llu\n",
+          (unsigned long long)bs.rows);
+        P("# HELP lockstep_batch_segments_total Slot requests served by forward steps (segments per step = "
+          "sequences batched).\n# TYPE lockstep_batch_segments_total counter\nlockstep_batch_segments_total %llu\n",
+          (unsigned long long)bs.segments);
+        P("# HELP lockstep_batch_max_segments Most sequences one forward step has carried.\n"
+          "# TYPE lockstep_batch_max_segments gauge\nlockstep_batch_max_segments %d\n",
+          bs.max_segments);
+        P("# HELP lockstep_batch_busy_seconds_total Time spent in forward steps.\n"
+          "# TYPE lockstep_batch_busy_seconds_total counter\nlockstep_batch_busy_seconds_total %.3f\n",
+          bs.busy_ms / 1e3);
+    }
 #undef P
     if (n >= cap) n = cap - 1;
     enum MHD_Result rc = send_text(s, c, 200, "text/plain; version=0.0.4", b, n, 0);

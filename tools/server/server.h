@@ -15,7 +15,7 @@
 
 typedef struct srv_config {
     const char *model_path, *host, *api_key, *draft_kind, *draft_path, *alias;
-    int port, parallel, n_ctx, n_threads, block_size, timeout_s, queue_cap;
+    int port, parallel, n_ctx, n_threads, n_batch, block_size, timeout_s, queue_cap;
     bool allow_inexact;
 } srv_config;
 
@@ -60,6 +60,7 @@ typedef struct srv_server {
     int32_t n_vocab, n_ctx;
     srv_slot *slots;
     int n_slots;
+    ls_batcher *batcher; /* every slot's forwards run in its shared steps */
     atomic_bool ready, stopping;
     /* queue + metrics, under mu */
     pthread_mutex_t mu;
@@ -69,7 +70,9 @@ typedef struct srv_server {
     unsigned long long req_by_status[600];
     unsigned long long prompt_tokens, generated_tokens, cancelled, spec_requests, spec_rounds, spec_drafted,
         spec_accepted, spec_declined;
-    char spec_state[64]; /* "off", "probing", "passed", "declined", "inexact" */
+    unsigned long long spec_accepted_at[LS_SPEC_MAX_BLOCK], spec_proposed_at[LS_SPEC_MAX_BLOCK];
+    double busy_ms, busy_since; /* time with at least one active slot (for tok/s) */
+    char spec_state[64];        /* "off", "probing", "passed", "declined", "inexact" */
     char spec_detail[256];
     unsigned long long seq;
 } srv_server;

@@ -1,8 +1,9 @@
 /* lockstep serve: the bounded request queue and the slot workers. Each slot owns one
- * ls_session (and its own drafter) and runs one request at a time on its own thread, so
- * requests on different slots proceed concurrently. Output never depends on the schedule:
- * the kernels are batch- and thread-count-invariant and sampling is keyed on (seed,
- * position). */
+ * ls_session (and its own drafter) and runs one request at a time on its own thread; the
+ * forwards of all slots run in the shared steps of one ls_batcher (decode rows of every
+ * active slot in one forward, long prompts in chunks between them). Output never depends
+ * on the schedule: the kernels are batch- and thread-count-invariant and sampling is keyed
+ * on (seed, position). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,7 @@ cJSON *srv_timings_json(const ls_gen_stats *st) {
     cJSON_AddNumberToObject(t, "predicted_per_second", st->decode_ms > 0 ? st->n_generated * 1e3 / st->decode_ms : 0);
     cJSON_AddNumberToObject(t, "draft_n", (double)st->proposed);
     cJSON_AddNumberToObject(t, "draft_n_accepted", (double)st->accepted);
+    cJSON_AddNumberToObject(t, "max_step_ms", st->max_step_ms);
     return t;
 }
 
@@ -182,6 +184,16 @@ static bool on_text(const char *text, size_t len, void *ud) {
     return go;
 }
 
+/* Polled by the engine between prefill chunks and decode steps: a client that went away
+ * (or a shutdown) frees the slot without waiting for the next token. */
+static bool job_cancelled(void *ud) {
+    gen_ctx *g = ud;
+    pthread_mutex_lock(&g->j->mu);
+    bool c = g->j->cancel || atomic_load(&g->s->stopping);
+    pthread_mutex_unlock(&g->j->mu);
+    return c;
+}
+
 static void run_job(srv_slot *slot, srv_job *j) {
     srv_server *s = slot->srv;
     ls_gen_params gp = ls_gen_default_params();
@@ -205,6 +217,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
     gp.drafter = slot->drafter;
     gp.block_size = s->cfg.block_size;
     gp.allow_inexact = s->cfg.allow_inexact;
+    gp.cancelled = job_cancelled;
 
     gen_ctx g = {s, j};
     ls_gen_stats st;
@@ -266,6 +279,10 @@ static void run_job(srv_slot *slot, srv_job *j) {
         s->spec_rounds += (unsigned long long)st.rounds;
         s->spec_drafted += (unsigned long long)st.proposed;
         s->spec_accepted += (unsigned long long)st.accepted;
+        for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++) {
+            s->spec_accepted_at[i] += (unsigned long long)st.accepted_at[i];
+            s->spec_proposed_at[i] += (unsigned long long)st.proposed_at[i];
+        }
         if (st.spec_declined) {
             s->spec_declined++;
             snprintf(s->spec_state, sizeof s->spec_state, "declined");
@@ -289,21 +306,36 @@ static void *worker(void *arg) {
         s->qhead = j->next;
         if (!s->qhead) s->qtail = NULL;
         s->qlen--;
-        s->active++;
+        if (s->active++ == 0) s->busy_since = srv_now_ms();
         pthread_mutex_unlock(&s->mu);
         run_job(slot, j);
         pthread_mutex_lock(&s->mu);
-        s->active--;
+        if (--s->active == 0) s->busy_ms += srv_now_ms() - s->busy_since;
         pthread_mutex_unlock(&s->mu);
         srv_job_release(j);
     }
     return NULL;
 }
 
+/* One batcher for all slots: its steps carry every active slot's rows (decode tokens,
+ * verify blocks, prefill chunks of n_batch rows) through one forward. Budgets: one
+ * prefill chunk plus a full verify block from every slot; logits for a verify block per
+ * slot. */
 int srv_slots_start(srv_server *s, char *err, size_t errlen) {
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     if (!s->slots) {
         snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int32_t block = s->cfg.draft_kind ? s->cfg.block_size : 1;
+    ls_batcher_params bp = ls_batcher_default_params();
+    bp.n_threads = s->cfg.n_threads;
+    bp.n_ctx = s->cfg.n_ctx;
+    bp.max_rows = s->cfg.n_batch + s->n_slots * block;
+    bp.max_logit_rows = s->n_slots * block;
+    char e[512];
+    if (ls_batcher_create(s->model, &bp, &s->batcher, e, sizeof e) != LS_OK) {
+        snprintf(err, errlen, "%s", e);
         return -1;
     }
     for (int i = 0; i < s->n_slots; i++) {
@@ -313,9 +345,13 @@ int srv_slots_start(srv_server *s, char *err, size_t errlen) {
         ls_session_params sp = ls_session_default_params();
         sp.n_ctx = s->cfg.n_ctx;
         sp.n_threads = s->cfg.n_threads;
-        char e[512];
+        sp.n_batch = s->cfg.n_batch;
         if (ls_session_create(s->model, &sp, &sl->session, e, sizeof e) != LS_OK) {
             snprintf(err, errlen, "slot %d of %d: %s (try a smaller -c or --parallel)", i + 1, s->n_slots, e);
+            return -1;
+        }
+        if (ls_session_attach(sl->session, s->batcher, e, sizeof e) != LS_OK) {
+            snprintf(err, errlen, "slot %d: %s", i + 1, e);
             return -1;
         }
         s->n_ctx = ls_session_n_ctx(sl->session);
@@ -355,6 +391,8 @@ void srv_slots_stop(srv_server *s) {
     }
     free(s->slots);
     s->slots = NULL;
+    ls_batcher_free(s->batcher);
+    s->batcher = NULL;
 }
 
 static bool sink(const char *text, size_t len, void *ud) {
