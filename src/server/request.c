@@ -295,6 +295,8 @@ int lsr_parse(lsr_kind kind, const char *json, size_t len, lsr_request *out, lsr
     }
     if (parse_stop(root, out, err)) goto done;
     if (get_bool(root, "stream", &out->stream, err)) goto done;
+    /* llama-server's extension: generate up to max_tokens even past EOS (benchmarks). */
+    if (get_bool(root, "ignore_eos", &out->ignore_eos, err)) goto done;
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) {

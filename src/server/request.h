@@ -40,6 +40,7 @@ typedef struct {
     char *stop[LSR_MAX_STOP];
     int n_stop;
     bool stream, include_usage;
+    bool ignore_eos;
 } lsr_request;
 
 typedef struct {

@@ -5,6 +5,7 @@ Everything is loopback-only, every loop is bounded, and max_tokens stays small s
 file runs in a few minutes on 2 cores.
 """
 import http.client
+import concurrent.futures
 import json
 import os
 import re
@@ -263,8 +264,64 @@ def test_metrics():
     for name in ("lockstep_requests_total{status=\"200\"}", "lockstep_prompt_tokens_total",
                  "lockstep_generated_tokens_total", "lockstep_slots_active", "lockstep_queue_depth",
                  "lockstep_spec_drafts_total", "lockstep_spec_draft_tokens_total",
-                 "lockstep_spec_accepted_tokens_total"):
+                 "lockstep_spec_accepted_tokens_total", "lockstep_tokens_per_second",
+                 "lockstep_batch_steps_total", "lockstep_batch_rows_total", "lockstep_batch_segments_total",
+                 "lockstep_batch_max_segments", "lockstep_batch_busy_seconds_total"):
         assert name in text, name
+
+
+def _metric(name):
+    m = re.search(r"^%s (\S+)$" % re.escape(name), get("/metrics")[2], re.M)
+    assert m, name
+    return float(m.group(1))
+
+
+def test_decode_steps_batched_across_slots():
+    """4 concurrent requests on --parallel 4: forward steps carry several sequences at once
+    (the batcher), and every response reports the longest step that served it."""
+    wait_idle(URL)
+    steps0, segs0 = _metric("lockstep_batch_steps_total"), _metric("lockstep_batch_segments_total")
+    bodies = [{"prompt": STORY, "max_tokens": 24 + 8 * i, "temperature": 0, "seed": i, "ignore_eos": True}
+              for i in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda b: post("/v1/completions", b), bodies))
+    for st, _, o in outs:
+        assert st == 200
+        t = o["timings"]
+        assert t["max_step_ms"] > 0 and t["predicted_n"] == o["usage"]["completion_tokens"]
+    steps, segs = _metric("lockstep_batch_steps_total") - steps0, _metric("lockstep_batch_segments_total") - segs0
+    assert _metric("lockstep_batch_max_segments") >= 3
+    # 4 sequences of 24..48 tokens: far fewer steps than requests x tokens when batched
+    assert segs / steps > 1.5, (steps, segs)
+
+
+def test_disconnect_during_prefill_frees_slot():
+    """A client that leaves while its long prompt is being prefilled frees the slot after at
+    most one prompt chunk, not after the whole prompt."""
+    wait_idle(URL)
+    prompt = (STORY + " ") * 150
+    n_prompt = post("/tokenize", {"content": prompt})[2]["tokens"]
+    while len(n_prompt) > CTX - 64:
+        prompt = prompt[: len(prompt) * 3 // 4]
+        n_prompt = post("/tokenize", {"content": prompt})[2]["tokens"]
+    t0 = time.time()
+    st, _, o = post("/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+    full = time.time() - t0
+    assert st == 200 and o["usage"]["prompt_tokens"] >= 1000, o["usage"]
+    before = _metric("lockstep_requests_cancelled_total")
+    u = urlparse(URL)
+    s = socket.create_connection((u.hostname, u.port), timeout=60)
+    payload = json.dumps({"prompt": prompt + " again", "max_tokens": 8, "temperature": 0}).encode()
+    s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n" % len(payload)).encode() + payload)
+    time.sleep(min(0.3, full / 8))
+    s.close()
+    t1 = time.time()
+    wait_idle(URL, timeout=60)
+    freed = time.time() - t1
+    assert _metric("lockstep_requests_cancelled_total") == before + 1
+    # the whole prefill took `full`; the cancelled one must stop well before that
+    assert freed < full / 2, (freed, full)
 
 
 # ---- stop sequences ----------------------------------------------------------------------

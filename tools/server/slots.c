@@ -218,6 +218,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
     gp.block_size = s->cfg.block_size;
     gp.allow_inexact = s->cfg.allow_inexact;
     gp.cancelled = job_cancelled;
+    gp.ignore_eos = r->ignore_eos;
 
     gen_ctx g = {s, j};
     ls_gen_stats st;
