@@ -72,6 +72,9 @@ const ls_type_traits *ls_type_get(uint32_t type) {
 }
 
 const char *ls_type_name(uint32_t type) {
+    /* MLX affine has a name but no traits entry: its rows are not self-contained blocks
+     * (scales live beside them), so ls_type_get/ls_row_size must keep refusing it. */
+    if (type == LS_TYPE_MLX_AFFINE) return "mlx-affine";
     const ls_type_traits *t = ls_type_get(type);
     return t ? t->name : "?";
 }

@@ -21,9 +21,10 @@ typedef enum {
     LS_TYPE_Q8_K = 15,
     LS_TYPE_BF16 = 30,
     /* Not a ggml id: MLX affine-quantized weights (bits/group/scales/biases live in
-     * ls_weight, backend.h). Rows are not self-contained, so it has no row size here. */
-    LS_TYPE_MLX_AFFINE = 39,
-    LS_TYPE_COUNT = 40,
+     * ls_weight, backend.h); outside ggml's id range (ggml 39 is MXFP4). Rows are not
+     * self-contained, so it has no row size here. */
+    LS_TYPE_MLX_AFFINE = 63,
+    LS_TYPE_COUNT = 64,
 } ls_type;
 
 #define LS_QK4_0 32

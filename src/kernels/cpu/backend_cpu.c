@@ -30,12 +30,21 @@ static cpu_impl *impl_of(ls_backend *be) {
 
 static void cpu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, float *y) {
     cpu_impl *c = impl_of(be);
+    if (w->type == LS_TYPE_MLX_AFFINE) {
+        LS_ASSERT(ls_mlx_affine_scratch_size(w->cols, w->group, m) <= c->mm_scratch_size);
+        ls_mlx_affine_matmul(c->pool, w, x, w->cols, m, y, w->rows, c->mm_scratch);
+        return;
+    }
     LS_ASSERT(ls_matmul_scratch_size(w->type, w->cols, m) <= c->mm_scratch_size);
     ls_matmul(c->pool, w->type, w->data, w->rows, w->cols, x, w->cols, m, y, w->rows, c->mm_scratch);
 }
 
 static void cpu_get_rows(ls_backend *be, const ls_weight *t, const int32_t *ids, int64_t n, float *dst) {
     (void)be;
+    if (t->type == LS_TYPE_MLX_AFFINE) {
+        ls_mlx_affine_get_rows(t, ids, n, dst);
+        return;
+    }
     ls_get_rows(t->type, t->data, t->cols, ids, n, dst);
 }
 
@@ -204,8 +213,11 @@ ls_backend *ls_backend_cpu_create(int n_threads, int64_t max_rows, int64_t max_c
     size_t need = ls_matmul_scratch_size(LS_TYPE_F32, kpad, max_rows);
     size_t q8k = ls_matmul_scratch_size(LS_TYPE_Q4_K, kpad, max_rows);
     size_t q80 = ls_matmul_scratch_size(LS_TYPE_Q8_0, kpad, max_rows);
+    /* MLX affine weights need their activation xsums: 8 floats per group of >= 32 */
+    size_t mlx = ls_mlx_affine_scratch_size(kpad, 32, max_rows);
     if (q8k > need) need = q8k;
     if (q80 > need) need = q80;
+    if (mlx > need) need = mlx;
     c->mm_scratch_size = need;
     c->mm_scratch = aligned_alloc(64, (need + 63) / 64 * 64);
     c->max_keys = max_keys;

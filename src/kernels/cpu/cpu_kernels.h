@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "core/threads.h"
+#include "kernels/backend.h"
 #include "kernels/types.h"
 
 typedef enum { LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1 } ls_isa;
@@ -115,5 +116,62 @@ ls_gemm8_fn ls_gemm8_avx2_get(ls_type wt);
 typedef void (*ls_tile_fn)(int64_t k, const void *w, size_t w_stride, int64_t nrows, const void *act, size_t act_stride,
                            int nact, float *y, int64_t y_stride);
 ls_tile_fn ls_tile_avx2_get(ls_type wt);
+
+/* ---- MLX affine-quantized weights (mlx_affine.c, mlx_affine_avx2.c; gemma.md 6.4) ----
+ * A weight is an ls_weight of type LS_TYPE_MLX_AFFINE: packed rows (LSB-first bit stream,
+ * element c at bits [c * bits, (c + 1) * bits) of its row), per-group scales and biases.
+ * Element (r, c) dequantizes to (scale * q) + bias with two roundings (no fma), which is
+ * what mlx computes (tests compare with mx.dequantize bit for bit).
+ *
+ * The dot product of weight row r with activation row x (K = cols, G = group, n = K / G
+ * groups) runs in this fixed order, identical on both ISAs and for any M or thread count:
+ *   xs[g][j] = x[gG + j] + x[gG + 8 + j] + ... + x[gG + G - 8 + j]  (plain adds, in i order;
+ *              once per activation row, reused by every weight row)
+ *   for each lane j = 0..7: acc_j = 0; for g = 0..n-1:
+ *       e_j = o_j = 0; for i = 0, 2, .., G/8-2 (steps of eight elements, even ones in e, odd in o):
+ *           e_j = fmaf((float)q[gG + 8i + j], x[gG + 8i + j], e_j)
+ *           o_j = fmaf((float)q[gG + 8i + 8 + j], x[gG + 8i + 8 + j], o_j)
+ *       acc_j = fmaf(scale_g, e_j + o_j, acc_j); acc_j = fmaf(bias_g, xs[g][j], acc_j)
+ *   y = ((acc_0 + acc_4) + (acc_2 + acc_6)) + ((acc_1 + acc_5) + (acc_3 + acc_7)) (the tree of
+ *       ls_dot_f32).
+ * Lane j is one AVX2 lane; the scalar code emulates the eight lanes. */
+
+/* 0 if w is a well-formed MLX affine weight this code supports (bits 2,3,4,5,6,8; group
+ * 32/64/128 dividing cols; row_bytes == cols * bits / 8; scales/biases f32, f16 or bf16;
+ * non-NULL pointers), -1 otherwise. Loaders call it; matmul, dequantize, get_rows and
+ * dot assert it (a bad weight there is a programming error). */
+int ls_mlx_affine_check(const ls_weight *w);
+/* q of element c of a packed row (reference unpacker). */
+uint32_t ls_mlx_affine_unpack(const uint8_t *row, int32_t bits, int64_t c);
+/* dst[c] = scale * q + bias for row `row` (cols floats). */
+void ls_mlx_affine_dequantize_row(const ls_weight *w, int64_t row, float *dst);
+/* dst[i][cols] = dequantized row ids[i]: the embedding lookup of a quantized table. */
+void ls_mlx_affine_get_rows(const ls_weight *w, const int32_t *ids, int64_t n, float *dst);
+/* Scratch for ls_mlx_affine_matmul: the xs sums of M activation rows (8 floats per group). */
+size_t ls_mlx_affine_scratch_size(int64_t K, int32_t group, int64_t M);
+/* xs[g * 8 + j] as in the order above, for one activation row of K floats. */
+void ls_mlx_affine_xsums(const float *x, int64_t K, int32_t group, float *xs);
+/* One output, dot(row `row` of w, x) with x's xsums xs: the reference the matmul matches. */
+float ls_mlx_affine_dot_isa(ls_isa isa, const ls_weight *w, int64_t row, const float *x, const float *xs);
+/* Y[m][n] = dot(W row n, X row m), m < M, n < w->rows; threads split the rows of W.
+ * scratch: ls_mlx_affine_scratch_size(w->cols, w->group, M) bytes, float-aligned. */
+void ls_mlx_affine_matmul_isa(ls_isa isa, ls_pool *pool, const ls_weight *w, const float *X, int64_t x_stride,
+                              int64_t M, float *Y, int64_t y_stride, void *scratch);
+void ls_mlx_affine_matmul(ls_pool *pool, const ls_weight *w, const float *X, int64_t x_stride, int64_t M, float *Y,
+                          int64_t y_stride, void *scratch);
+/* Reference quantizer (quant_ref.c), mlx's affine quantizer step for step: per group,
+ * scale = max((max - min) / (2^bits - 1), 1e-7) with the sign that maps the larger-|.| edge
+ * to an integer q0, then scale = edge / q0 and bias = edge (bias 0 when q0 == 0);
+ * q = clamp(rint((w - bias) / scale), 0, 2^bits - 1). The float scale quantizes; the
+ * stored scale/bias are rounded to sb_type. q: rows * cols * bits / 8 bytes; scales and
+ * biases: rows * cols / group values of sb_type. Returns 0, or -1 on bad geometry. */
+int ls_mlx_affine_quantize_ref(const float *src, int64_t rows, int64_t cols, int32_t bits, int32_t group,
+                               ls_type sb_type, uint8_t *q, void *scales, void *biases);
+/* AVX2 kernel (internal): rows [n0, n0 + nrows) of w against nact activation rows
+ * (X + c * x_stride, xsums XS + c * xs_stride): Y[c * y_stride + r - n0], each output in
+ * the order above whatever nrows and nact. */
+void ls_mlx_affine_rows_avx2(const ls_weight *w, int64_t n0, int64_t nrows, const float *X, int64_t x_stride,
+                             const float *XS, int64_t xs_stride, int nact, float *Y, int64_t y_stride);
+float ls_mlx_affine_dot_avx2(const ls_weight *w, int64_t row, const float *x, const float *xs);
 
 #endif

@@ -243,3 +243,60 @@ int ls_quantize_row_ref(ls_type t, const float *x, void *dst, int64_t k) {
     default: return -1;
     }
 }
+
+/* ---- MLX affine (gemma.md 6.4): mlx's CPU quantizer (backend/cpu/quantized.cpp) step for
+ * step in float, so for float inputs the codes, scales and biases equal mx.quantize's
+ * (tests check that against tools/gen_mlx_quant_golden.py's output). */
+int ls_mlx_affine_quantize_ref(const float *src, int64_t rows, int64_t cols, int32_t bits, int32_t group,
+                               ls_type sb_type, uint8_t *q, void *scales, void *biases) {
+    if (bits != 2 && bits != 3 && bits != 4 && bits != 5 && bits != 6 && bits != 8) return -1;
+    if (group != 32 && group != 64 && group != 128) return -1;
+    if (sb_type != LS_TYPE_F32 && sb_type != LS_TYPE_F16 && sb_type != LS_TYPE_BF16) return -1;
+    if (rows < 0 || cols <= 0 || cols % group != 0) return -1;
+    const float n_bins = (float)((1 << bits) - 1), eps = 1e-7f;
+    const size_t row_bytes = (size_t)(cols * bits / 8);
+    const int64_t ng = cols / group;
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *qr = q + (size_t)r * row_bytes;
+        memset(qr, 0, row_bytes);
+        for (int64_t g = 0; g < ng; g++) {
+            const float *w = src + r * cols + g * group;
+            float w_min = INFINITY, w_max = -INFINITY;
+            for (int j = 0; j < group; j++) {
+                w_max = w_max < w[j] ? w[j] : w_max; /* std::max / std::min argument order */
+                w_min = w[j] < w_min ? w[j] : w_min;
+            }
+            const int mask = fabsf(w_min) > fabsf(w_max);
+            const float range = (w_max - w_min) / n_bins;
+            float scale = range < eps ? eps : range;
+            scale = mask ? scale : -scale;
+            const float edge = mask ? w_min : w_max;
+            const float q0 = rintf(edge / scale);
+            float bias = 0.0f;
+            if (q0 != 0.0f) {
+                scale = edge / q0;
+                bias = edge;
+            }
+            for (int j = 0; j < group; j++) {
+                float v = rintf((w[j] - bias) / scale);
+                v = v < 0.0f ? 0.0f : v;
+                v = n_bins < v ? n_bins : v;
+                const uint64_t pos = (uint64_t)(g * group + j) * (uint64_t)bits;
+                const uint32_t code = (uint32_t)v << (pos & 7); /* at most 15 bits */
+                qr[pos >> 3] |= (uint8_t)code;
+                if ((pos & 7) + (uint64_t)bits > 8) qr[(pos >> 3) + 1] |= (uint8_t)(code >> 8);
+            }
+            const int64_t i = r * ng + g;
+            if (sb_type == LS_TYPE_F32) {
+                memcpy((uint8_t *)scales + 4 * i, &scale, 4);
+                memcpy((uint8_t *)biases + 4 * i, &bias, 4);
+            } else {
+                const uint16_t hs = sb_type == LS_TYPE_F16 ? ls_f32_to_f16(scale) : qr_f32_to_bf16(scale);
+                const uint16_t hb = sb_type == LS_TYPE_F16 ? ls_f32_to_f16(bias) : qr_f32_to_bf16(bias);
+                memcpy((uint8_t *)scales + 2 * i, &hs, 2);
+                memcpy((uint8_t *)biases + 2 * i, &hb, 2);
+            }
+        }
+    }
+    return 0;
+}
