@@ -9,6 +9,7 @@
 #ifndef LS_KERNELS_BACKEND_H
 #define LS_KERNELS_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/types.h"
@@ -33,12 +34,17 @@ typedef struct {
 /* Attention over a chronological KV cache. Keys/values are float16, slot s holding the
  * absolute position first_pos + s; each slot has n_kv heads of hd elements. Query row i
  * (absolute position q_pos[i]) reduces over exactly the keys it may see, in position
- * order: [max(0, q_pos[i] - window + 1), q_pos[i]] (window 0 = all earlier keys). */
+ * order: [max(0, q_pos[i] - window + 1), q_pos[i]] (window 0 = all earlier keys), or
+ * [.., q_pos[i] - 1] with strictly_before. */
 typedef struct {
-    const float *q;    /* [m][n_head * hd] (already normed and rotated, NOT scaled) */
-    float *out;        /* [m][n_head * hd] */
-    const uint16_t *k; /* [slots][n_kv * hd] f16 */
-    const uint16_t *v; /* [slots][n_kv * hd] f16 */
+    const float *q; /* [m][n_head * hd] (already normed and rotated, NOT scaled) */
+    float *out;     /* [m][n_head * hd] */
+    const void *k;  /* [slots][n_kv * hd] f16 (or f32 when kv_f32) */
+    const void *v;  /* [slots][n_kv * hd] f16 (or f32 when kv_f32) */
+    bool kv_f32;
+    /* Keys strictly before q_pos (window then ends at q_pos - 1): the Gemma 4 assistant's
+     * query at the bonus position reads the target's keys of the positions before it. */
+    bool strictly_before;
     int64_t m;
     int32_t n_head, n_kv, hd;
     const int32_t *q_pos; /* [m] */

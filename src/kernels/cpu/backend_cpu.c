@@ -121,18 +121,24 @@ typedef struct {
 /* One (query row, head): exact two-pass softmax over the visible keys in position order. */
 static void attn_one(const ls_attn_args *a, int64_t r, int32_t h, float *scores) {
     int32_t hd = a->hd, group = a->n_head / a->n_kv, kvh = h / group;
-    int32_t p = a->q_pos[r];
+    int32_t p = a->q_pos[r] - (a->strictly_before ? 1 : 0); /* last visible key */
     int32_t lo = 0;
-    if (a->window > 0 && p - a->window + 1 > lo) lo = p - a->window + 1;
+    if (a->window > 0 && a->q_pos[r] - a->window + 1 > lo) lo = a->q_pos[r] - a->window + 1;
+    float *out = a->out + (r * a->n_head + h) * (int64_t)hd;
+    int32_t n = p - lo + 1;
+    if (n <= 0) { /* nothing visible (strictly_before at position 0) */
+        memset(out, 0, sizeof(float) * (size_t)hd);
+        return;
+    }
     LS_ASSERT(lo >= a->first_pos && p - a->first_pos < a->n_slots);
     const float *q = a->q + (r * a->n_head + h) * (int64_t)hd;
-    float *out = a->out + (r * a->n_head + h) * (int64_t)hd;
-    int64_t kv_stride = (int64_t)a->n_kv * hd;
-    int32_t n = p - lo + 1;
+    int64_t kv_stride = (int64_t)a->n_kv * hd, base = (int64_t)(lo - a->first_pos) * kv_stride + (int64_t)kvh * hd;
     float mx = -INFINITY;
     for (int32_t i = 0; i < n; i++) {
-        const uint16_t *k = a->k + (int64_t)(lo + i - a->first_pos) * kv_stride + (int64_t)kvh * hd;
-        float s = ls_dot_f16_f32(k, q, hd) * a->scale;
+        int64_t at = base + (int64_t)i * kv_stride;
+        float s = (a->kv_f32 ? ls_dot_f32((const float *)a->k + at, q, hd)
+                             : ls_dot_f16_f32((const uint16_t *)a->k + at, q, hd)) *
+                  a->scale;
         scores[i] = s;
         if (s > mx) mx = s;
     }
@@ -143,8 +149,13 @@ static void attn_one(const ls_attn_args *a, int64_t r, int32_t h, float *scores)
     }
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int32_t i = 0; i < n; i++) {
-        const uint16_t *v = a->v + (int64_t)(lo + i - a->first_pos) * kv_stride + (int64_t)kvh * hd;
-        ls_axpy_f16(out, scores[i], v, hd);
+        int64_t at = base + (int64_t)i * kv_stride;
+        if (a->kv_f32) {
+            const float *v = (const float *)a->v + at;
+            for (int32_t d = 0; d < hd; d++) out[d] = fmaf(scores[i], v[d], out[d]);
+        } else {
+            ls_axpy_f16(out, scores[i], (const uint16_t *)a->v + at, hd);
+        }
     }
     float inv = 1.0f / sum;
     for (int32_t d = 0; d < hd; d++) out[d] *= inv;
