@@ -1,6 +1,9 @@
 /* Gemma 3 chat template: byte-exact against the HF template rendered by jinja2
  * (tests/data/tokenizer/chat_golden.txt, tools/gen_tokenizer_golden.py), our error cases,
- * and (with the default model) that the rendering tokenizes to the expected turn markers. */
+ * and (with the default model) that the rendering tokenizes to the expected turn markers.
+ * Gemma 4: byte-exact against jinja2 on the template stored in llama.cpp's Gemma 4 vocab GGUF
+ * (tests/data/tokenizer_bpe/chat4_golden.txt, tools/gen_chat_template_golden.py), thinking
+ * off and on, plus the template choice by vocabulary (ls_chat_style_of / ls_chat_render). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -167,12 +170,140 @@ static void test_tokenized_prompt(void **st) {
     gguf_close(f);
 }
 
+static void test_gemma4_golden(void **st) {
+    (void)st;
+    const char *dir = getenv("LOCKSTEP_TEST_DATA");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer_bpe/chat4_golden.txt", dir ? dir : "tests/data");
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        fprintf(stderr, "cannot open %s\n", path);
+        fail();
+    }
+    char line[65536];
+    int cases = 0, ok = 0;
+    while (fgets(line, sizeof line, fp)) {
+        if (line[0] == '#') continue;
+        char name[128];
+        int gen, think, nmsg;
+        assert_int_equal(sscanf(line, "case %127s %d %d %d", name, &gen, &think, &nmsg), 4);
+        assert_true(nmsg > 0 && nmsg < 64);
+        ls_chat_msg msgs[64];
+        char *roles[64], *contents[64];
+        for (int i = 0; i < nmsg; i++) {
+            assert_non_null(fgets(line, sizeof line, fp));
+            char role[32];
+            int off = 0;
+            assert_int_equal(sscanf(line, "msg %31s %n", role, &off), 1);
+            roles[i] = strdup(role);
+            contents[i] = unhex(line + off);
+            msgs[i] = (ls_chat_msg){roles[i], contents[i]};
+        }
+        assert_non_null(fgets(line, sizeof line, fp));
+        assert_int_equal(strncmp(line, "expect ", 7), 0);
+        char *want = unhex(line + 7);
+        char err[256] = "";
+        ls_chat_opts o = ls_chat_opts_default();
+        o.add_generation_prompt = gen != 0;
+        o.enable_thinking = think != 0;
+        char *got = ls_chat_render_gemma4(msgs, nmsg, &o, err, sizeof err);
+        cases++;
+        if (got && strcmp(got, want) == 0)
+            ok++;
+        else
+            fprintf(stderr, "gemma4 chat case %s: %s\n  got:  [%s]\n  want: [%s]\n", name, got ? "differs" : err,
+                    got ? got : "", want);
+        free(got);
+        free(want);
+        for (int i = 0; i < nmsg; i++) {
+            free(roles[i]);
+            free(contents[i]);
+        }
+    }
+    fclose(fp);
+    fprintf(stderr, "gemma4 chat template: %d/%d renderings equal the HF template\n", ok, cases);
+    assert_true(cases >= 10);
+    assert_int_equal(ok, cases);
+}
+
+static void test_gemma4_options_and_errors(void **st) {
+    (void)st;
+    char err[256];
+    ls_chat_msg m[] = {{"user", "Hi"}};
+    /* E2B/E4B-style: no empty thought after the generation prompt. */
+    ls_chat_opts o = ls_chat_opts_default();
+    o.empty_thought = false;
+    char *s = ls_chat_render_gemma4(m, 1, &o, err, sizeof err);
+    assert_string_equal(s, "<bos><|turn>user\nHi<turn|>\n<|turn>model\n");
+    free(s);
+    s = ls_chat_render_gemma4(m, 1, NULL, err, sizeof err); /* defaults: the 31B-style template */
+    assert_string_equal(s, "<bos><|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
+    free(s);
+    ls_chat_msg late_system[] = {{"user", "hi"}, {"system", "x"}};
+    assert_null(ls_chat_render_gemma4(late_system, 2, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "must be the first"));
+    ls_chat_msg robot[] = {{"robot", "x"}};
+    assert_null(ls_chat_render_gemma4(robot, 1, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "unknown role 'robot'"));
+    ls_chat_msg null_content[] = {{"user", NULL}};
+    assert_null(ls_chat_render_gemma4(null_content, 1, NULL, err, sizeof err));
+    assert_null(ls_chat_render_gemma4(NULL, 0, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "no messages"));
+    /* Unterminated thinking in a model turn: everything from "<|channel>" on is dropped. */
+    ls_chat_msg open_think[] = {{"user", "q"}, {"model", "ans<|channel>half"}};
+    o.add_generation_prompt = false;
+    s = ls_chat_render_gemma4(open_think, 2, &o, err, sizeof err);
+    assert_string_equal(s, "<bos><|turn>user\nq<turn|>\n<|turn>model\nans<turn|>\n");
+    free(s);
+}
+
+/* The template follows the vocabulary's turn tokens. */
+static void test_style_by_vocab(void **st) {
+    (void)st;
+    static const char *const g4[] = {"<pad>", "<eos>", "<bos>", "<|turn>", "<turn|>"};
+    static const char *const g3[] = {"<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"};
+    static const char *const none[] = {"<pad>", "<eos>", "<bos>", "a", "b"};
+    const char *const *sets[] = {g4, g3, none};
+    const ls_chat_style want[] = {LS_CHAT_GEMMA4, LS_CHAT_GEMMA3, LS_CHAT_UNKNOWN};
+    const char *prefix[] = {"<bos><|turn>user\n", "<bos><start_of_turn>user\n", NULL};
+    for (int k = 0; k < 3; k++) {
+        uint64_t lens[5];
+        int32_t types[5] = {3, 3, 3, 3, 3};
+        for (int i = 0; i < 5; i++) lens[i] = strlen(sets[k][i]);
+        ls_tokenizer_desc d = {.n_vocab = 5,
+                               .texts = sets[k],
+                               .lens = lens,
+                               .types = types,
+                               .bos = 2,
+                               .eos = 1,
+                               .unk = -1,
+                               .pad = 0,
+                               .eot = -1,
+                               .eom = -1};
+        ls_tokenizer *t = NULL;
+        char err[256];
+        assert_int_equal(ls_tokenizer_create(&d, &t, err, sizeof err), 0);
+        assert_int_equal(ls_chat_style_of(t), want[k]);
+        ls_chat_msg m[] = {{"user", "Hi"}};
+        char *s = ls_chat_render(t, m, 1, NULL, err, sizeof err);
+        if (prefix[k]) {
+            assert_non_null(s);
+            assert_int_equal(strncmp(s, prefix[k], strlen(prefix[k])), 0);
+        } else {
+            assert_null(s);
+            assert_non_null(strstr(err, "turn tokens"));
+        }
+        free(s);
+        ls_tokenizer_free(t);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_renderings),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_roles_and_trim),
-        cmocka_unit_test(test_tokenized_prompt),
+        cmocka_unit_test(test_golden_renderings), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_roles_and_trim),    cmocka_unit_test(test_tokenized_prompt),
+        cmocka_unit_test(test_gemma4_golden),     cmocka_unit_test(test_gemma4_options_and_errors),
+        cmocka_unit_test(test_style_by_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* Gemma 3 chat template, rendered in C so that the engine needs no Jinja.
+/* Gemma 3 and Gemma 4 chat templates, rendered in C so that the engine needs no Jinja.
  *
  * Reference: the chat_template of Gemma 3's tokenizer_config.json (HF). Rendered output is
  * byte-identical to jinja2 on that template (tests/data/tokenizer/chat_*.txt):
@@ -15,7 +15,15 @@
  * is rendered as "model"). Stricter than HF, on purpose: an unknown role is an error (HF
  * would render any non-user role verbatim in a model slot), so is a system message that
  * is not first, and so is a system message with no turn to fold it into (HF silently
- * drops it). */
+ * drops it).
+ *
+ * Gemma 4 (ls_chat_render_gemma4): reference is the chat template stored in llama.cpp's
+ * Gemma 4 vocab GGUF (the HF template of the large models), rendered by jinja2 in
+ * tests/data/tokenizer_bpe/chat4_golden.txt (tools/gen_chat_template_golden.py). Unlike
+ * Gemma 3 it has a real system turn (content trimmed), needs no user/model alternation (the
+ * template does not check it, so neither do we), strips earlier thinking from model turns,
+ * and pre-closes an empty thought after the generation prompt when thinking is off. Tools,
+ * tool calls/responses and image/audio parts are not rendered here. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,4 +163,119 @@ char *ls_chat_render_gemma3(const ls_chat_msg *msgs, int n, bool add_generation_
         return NULL;
     }
     return b.buf;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Gemma 4
+ * --------------------------------------------------------------------------------------- */
+
+ls_chat_opts ls_chat_opts_default(void) {
+    return (ls_chat_opts){.add_generation_prompt = true, .enable_thinking = false, .empty_thought = true};
+}
+
+/* The template's strip_thinking macro: split on "<channel|>", keep each part up to its first
+ * "<|channel>" (whole part if none), join, then trim. */
+static void put_stripped_thinking(chat_sb *b, const char *c) {
+    chat_sb tmp = {0};
+    sb_put(&tmp, "", 0);
+    const char *p = c;
+    for (;;) {
+        const char *close = strstr(p, "<channel|>");
+        size_t plen = close ? (size_t)(close - p) : strlen(p);
+        const char *open = NULL;
+        for (const char *q = p; q + 10 <= p + plen && !open; q++)
+            if (memcmp(q, "<|channel>", 10) == 0) open = q;
+        sb_put(&tmp, p, open ? (size_t)(open - p) : plen);
+        if (!close) break;
+        p = close + 10;
+    }
+    if (tmp.oom) {
+        b->oom = true;
+    } else {
+        size_t a, z;
+        py_strip(tmp.buf, tmp.len, &a, &z);
+        sb_put(b, tmp.buf + a, z - a);
+    }
+    free(tmp.buf);
+}
+
+static void put_trimmed(chat_sb *b, const char *c) {
+    size_t a, z;
+    py_strip(c, strlen(c), &a, &z);
+    sb_put(b, c + a, z - a);
+}
+
+char *ls_chat_render_gemma4(const ls_chat_msg *msgs, int n, const ls_chat_opts *opts, char *err, size_t errlen) {
+    ls_chat_opts o = opts ? *opts : ls_chat_opts_default();
+    if (!msgs || n <= 0) {
+        chat_err(err, errlen, "chat: no messages");
+        return NULL;
+    }
+    bool has_system = false;
+    for (int i = 0; i < n; i++) {
+        const char *r = msgs[i].role;
+        bool sys = r && (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0);
+        if (!msgs[i].content) {
+            chat_err(err, errlen, "chat: message %d has no content", i);
+            return NULL;
+        }
+        if (sys && i != 0) {
+            chat_err(err, errlen, "chat: system message %d must be the first message", i);
+            return NULL;
+        }
+        has_system |= sys;
+        if (!sys && parse_role(r) != ROLE_USER && parse_role(r) != ROLE_MODEL) {
+            chat_err(err, errlen,
+                     "chat: message %d has unknown role '%s' (want system, developer, user, assistant or model)", i,
+                     r ? r : "(null)");
+            return NULL;
+        }
+    }
+    chat_sb b = {0};
+    sb_puts(&b, "<bos>");
+    if (o.enable_thinking || has_system) {
+        sb_puts(&b, "<|turn>system\n");
+        if (o.enable_thinking) sb_puts(&b, "<|think|>");
+        if (has_system) put_trimmed(&b, msgs[0].content);
+        sb_puts(&b, "<turn|>\n");
+    }
+    for (int i = has_system ? 1 : 0; i < n; i++) {
+        bool model = parse_role(msgs[i].role) == ROLE_MODEL;
+        sb_puts(&b, model ? "<|turn>model\n" : "<|turn>user\n");
+        if (model)
+            put_stripped_thinking(&b, msgs[i].content);
+        else
+            put_trimmed(&b, msgs[i].content);
+        sb_puts(&b, "<turn|>\n");
+    }
+    if (o.add_generation_prompt) {
+        sb_puts(&b, "<|turn>model\n");
+        if (!o.enable_thinking && o.empty_thought) sb_puts(&b, "<|channel>thought\n<channel|>");
+    }
+    if (b.oom) {
+        free(b.buf);
+        chat_err(err, errlen, "chat: out of memory");
+        return NULL;
+    }
+    return b.buf;
+}
+
+ls_chat_style ls_chat_style_of(const ls_tokenizer *t) {
+    if (ls_tokenizer_find(t, "<|turn>") >= 0 && ls_tokenizer_find(t, "<turn|>") >= 0) return LS_CHAT_GEMMA4;
+    if (ls_tokenizer_find(t, "<start_of_turn>") >= 0 && ls_tokenizer_find(t, "<end_of_turn>") >= 0)
+        return LS_CHAT_GEMMA3;
+    return LS_CHAT_UNKNOWN;
+}
+
+char *ls_chat_render(const ls_tokenizer *t, const ls_chat_msg *msgs, int n, const ls_chat_opts *opts, char *err,
+                     size_t errlen) {
+    ls_chat_opts o = opts ? *opts : ls_chat_opts_default();
+    switch (ls_chat_style_of(t)) {
+    case LS_CHAT_GEMMA4: return ls_chat_render_gemma4(msgs, n, &o, err, errlen);
+    case LS_CHAT_GEMMA3: return ls_chat_render_gemma3(msgs, n, o.add_generation_prompt, err, errlen);
+    default:
+        chat_err(err, errlen,
+                 "chat: the vocabulary has neither Gemma 4 (<|turn>) nor Gemma 3 (<start_of_turn>) turn tokens");
+        return NULL;
+    }
 }

@@ -34,55 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/tok_internal.h"
 #include "tokenizer/utf8.h"
 
 #define TOK_MAX_VOCAB (1 << 24)         /* far above any real vocab; bounds the allocations */
 #define TOK_MAX_BLOB  (1ull << 31)      /* total bytes of all token texts */
 #define TOK_MAX_TEXT  ((size_t)1 << 28) /* ls_tokenize input limit (escaping triples it) */
-#define TOK_MAX_EOG   16
-
-typedef struct {
-    int32_t id;
-    uint32_t h;
-} tok_slot;
-
-/* All special texts of one length: the first bytes they start with, as a 256-bit set. */
-typedef struct {
-    uint32_t len;
-    uint64_t first[4];
-} tok_len_class;
-
-struct ls_tokenizer {
-    int32_t n_vocab;
-    char *blob;     /* all token texts, each followed by a NUL: [sum(len + 1)] */
-    uint32_t *offs; /* [n_vocab] start of each text in blob */
-    uint32_t *lens; /* [n_vocab] text length */
-    float *scores;  /* [n_vocab] */
-    uint8_t *types; /* [n_vocab] LS_TOKEN_* (after the EOG override) */
-
-    /* text -> id, open addressing with linear probing: [hash_mask + 1] slots, id -1 = empty.
-     * Each slot keeps the full 32-bit hash so that probing past other entries compares
-     * integers instead of fetching their texts (one cache miss per lookup, not three). */
-    tok_slot *hash;
-    uint32_t hash_mask;
-
-    /* Special (CONTROL/USER_DEFINED/UNKNOWN) texts -> ids: [sp_mask + 1] slots, -1 = none.
-     * sp_any holds every special id, sp_user the same id if it is USER_DEFINED (the only
-     * kind matched when parse_special is false), else -1. */
-    int32_t *sp_any;
-    int32_t *sp_user;
-    uint32_t sp_mask;
-    /* Length classes of special texts, longest first: [n_sp_cls]; _user: USER_DEFINED only. */
-    tok_len_class *sp_cls, *sp_cls_user;
-    int n_sp_cls, n_sp_cls_user;
-
-    int32_t byte_tok[256]; /* byte-fallback token per byte value, -1 = none */
-    int32_t bos, eos, unk, pad, eot, eom;
-    int32_t eog[TOK_MAX_EOG];
-    int n_eog;
-    bool add_bos, add_space_prefix;
-};
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -95,7 +52,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
 
 /* FNV-1a, 64-bit, folded: texts are short (median ~6 bytes), so a simple byte loop is
  * as fast as anything fancier and has no alignment concerns. */
-static uint32_t tok_hash(const char *s, size_t n) {
+uint32_t tok_hash(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) {
         h ^= (uint8_t)s[i];
@@ -247,8 +204,23 @@ static const char *const control_texts[] = {
 /* Texts that end generation: llama.cpp's EOG list minus "</s>", which llama.cpp added for
  * PaddleOCR and which, matched by text, would make Gemma 3 stop on the HTML tag "</s>". */
 static const char *const eog_texts[] = {
-    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    /* Gemma: <eos> (a tokenizer_config.json may name <end_of_turn> as EOS instead), and Gemma 4's
+     * generation_config stop ids <turn|> and <|tool_response>. */
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
 };
 
 static void add_eog(ls_tokenizer *t, int32_t id) {
@@ -303,6 +275,10 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
         set_err(err, errlen, "tokenizer: add_bos_token is set but there is no BOS token");
         return -1;
     }
+    if (d->model != LS_TOKENIZER_MODEL_SPM && d->model != LS_TOKENIZER_MODEL_BPE) {
+        set_err(err, errlen, "tokenizer: unknown model %d", d->model);
+        return -1;
+    }
     /* Validate every entry before allocating anything large. */
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -333,6 +309,10 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
     ls_tokenizer *t = calloc(1, sizeof *t);
     uint32_t *hv = NULL; /* [n_vocab] text hashes, only during construction */
     if (!t) goto oom;
+    t->model = d->model;
+    t->hf = d->hf;
+    t->byte_fallback = true;
+    t->ignore_merges = d->ignore_merges;
     t->n_vocab = n;
     t->blob = malloc(total);
     t->offs = malloc((size_t)n * sizeof *t->offs);
@@ -392,21 +372,24 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
     add_eog(t, t->eot);
     add_eog(t, t->eom);
     for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) add_eog(t, ls_tokenizer_find(t, eog_texts[k]));
-    for (size_t k = 0; k < sizeof control_texts / sizeof *control_texts; k++) {
+    /* HF has no such overrides: its added tokens carry their own special flag. */
+    for (size_t k = 0; !t->hf && k < sizeof control_texts / sizeof *control_texts; k++) {
         int32_t id = ls_tokenizer_find(t, control_texts[k]);
         if (id >= 0) t->types[id] = LS_TOKEN_CONTROL;
     }
     /* llama.cpp's Gemma 4 workaround: with <|tool_response> present, "</s>" is plain text. */
-    if (ls_tokenizer_find(t, "<|tool_response>") >= 0) {
+    if (!t->hf && ls_tokenizer_find(t, "<|tool_response>") >= 0) {
         int32_t id = ls_tokenizer_find(t, "</s>");
         if (id >= 0) t->types[id] = LS_TOKEN_NORMAL;
     }
+    if (t->model == LS_TOKENIZER_MODEL_BPE && tok_bpe_build(t, d, err, errlen)) goto fail;
 
     /* Byte fallback table: "<0xXX>" first, else the 1-byte text (llama.cpp byte_to_token). */
     for (int b = 0; b < 256; b++) {
         char buf[7];
         snprintf(buf, sizeof buf, "<0x%02X>", b);
         int32_t id = ls_tokenizer_find_n(t, buf, 6);
+        t->byte_hex[b] = id;
         if (id < 0) {
             char c = (char)b;
             id = ls_tokenizer_find_n(t, &c, 1);
@@ -445,6 +428,7 @@ fail:
 
 void ls_tokenizer_free(ls_tokenizer *t) {
     if (!t) return;
+    tok_bpe_free(t);
     free(t->blob);
     free(t->offs);
     free(t->lens);
@@ -509,10 +493,27 @@ int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, si
         set_err(err, errlen, "tokenizer: tokenizer.ggml.model %s", rc == -1 ? "missing" : "is not a string");
         return -1;
     }
-    if (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0) {
-        set_err(err, errlen, "tokenizer: unsupported tokenizer.ggml.model '%.*s' (only \"llama\" / SentencePiece)",
-                (int)(model.len > 64 ? 64 : model.len), model.ptr);
+    bool is_bpe = model.len == 6 && memcmp(model.ptr, "gemma4", 6) == 0;
+    if (!is_bpe && (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0)) {
+        set_err(
+            err, errlen,
+            "tokenizer: unsupported tokenizer.ggml.model '%.*s' (only \"llama\" / SentencePiece and \"gemma4\" / BPE)",
+            (int)(model.len > 64 ? 64 : model.len), model.ptr);
         return -1;
+    }
+    const gguf_value *merges = NULL;
+    if (is_bpe) {
+        rc = gguf_get_arr(f, "tokenizer.ggml.merges", &merges);
+        if (rc != 0 || merges->v.arr.elem != GGUF_VT_STRING || (merges->v.arr.count && !merges->v.arr.items)) {
+            set_err(err, errlen, "tokenizer: tokenizer.ggml.merges %s",
+                    rc == -1 ? "missing (required for gemma4)" : "is not an array of strings");
+            return -1;
+        }
+        if (merges->v.arr.count > (1u << 26)) {
+            set_err(err, errlen, "tokenizer: tokenizer.ggml.merges has %llu entries (too many)",
+                    (unsigned long long)merges->v.arr.count);
+            return -1;
+        }
     }
 
     const gguf_value *toks, *scores = NULL, *types = NULL;
@@ -546,27 +547,62 @@ int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, si
 
     ls_tokenizer_desc d = {0};
     d.n_vocab = (int32_t)n;
-    /* llama.cpp's defaults for an SPM vocab when a key is absent. */
-    int32_t dflt_bos = n > 1 ? 1 : -1, dflt_eos = n > 2 ? 2 : -1;
+    /* llama.cpp's defaults when a key is absent: SPM 1/2/0, gemma4 none. */
+    int32_t dflt_bos = n > 1 ? 1 : -1, dflt_eos = n > 2 ? 2 : -1, dflt_unk = 0;
+    if (is_bpe) dflt_bos = dflt_eos = dflt_unk = -1;
     if (gguf_id(f, "tokenizer.ggml.bos_token_id", dflt_bos, &d.bos, err, errlen) ||
         gguf_id(f, "tokenizer.ggml.eos_token_id", dflt_eos, &d.eos, err, errlen) ||
-        gguf_id(f, "tokenizer.ggml.unknown_token_id", 0, &d.unk, err, errlen) ||
+        gguf_id(f, "tokenizer.ggml.unknown_token_id", dflt_unk, &d.unk, err, errlen) ||
         gguf_id(f, "tokenizer.ggml.padding_token_id", -1, &d.pad, err, errlen) ||
         gguf_id(f, "tokenizer.ggml.eot_token_id", -1, &d.eot, err, errlen) ||
         gguf_id(f, "tokenizer.ggml.eom_token_id", -1, &d.eom, err, errlen) ||
         gguf_flag(f, "tokenizer.ggml.add_bos_token", true, &d.add_bos, err, errlen) ||
         gguf_flag(f, "tokenizer.ggml.add_space_prefix", true, &d.add_space_prefix, err, errlen))
         return -1;
+    if (is_bpe) {
+        /* llama.cpp forces add_bos on for Gemma 4 (PR 21500) and its BPE path never adds a
+         * space prefix. */
+        d.add_bos = true;
+        d.add_space_prefix = false;
+        d.model = LS_TOKENIZER_MODEL_BPE;
+    }
 
     const char **texts = malloc(n * sizeof *texts);
     uint64_t *lens = malloc(n * sizeof *lens);
     float *sc = scores ? malloc(n * sizeof *sc) : NULL;
     int32_t *ty = types ? malloc(n * sizeof *ty) : NULL;
+    uint64_t nm = merges ? merges->v.arr.count : 0;
+    const char **ma = merges ? malloc((nm ? nm : 1) * sizeof *ma) : NULL;
+    const char **mb = merges ? malloc((nm ? nm : 1) * sizeof *mb) : NULL;
+    uint64_t *mla = merges ? malloc((nm ? nm : 1) * sizeof *mla) : NULL;
+    uint64_t *mlb = merges ? malloc((nm ? nm : 1) * sizeof *mlb) : NULL;
     rc = -1;
-    if (!texts || !lens || (scores && !sc) || (types && !ty)) {
+    if (!texts || !lens || (scores && !sc) || (types && !ty) || (merges && (!ma || !mb || !mla || !mlb))) {
         set_err(err, errlen, "tokenizer: out of memory");
         goto done;
     }
+    /* "a b": split at the first space after the first byte, as llama.cpp does (a merge
+     * without one becomes ("", ""), which never applies). */
+    for (uint64_t i = 0; i < nm; i++) {
+        const gguf_value *v = &merges->v.arr.items[i];
+        if (v->type != GGUF_VT_STRING) {
+            set_err(err, errlen, "tokenizer: merge %llu is not a string", (unsigned long long)i);
+            goto done;
+        }
+        const char *w = v->v.s.ptr;
+        uint64_t wl = v->v.s.len, sp = 0;
+        for (uint64_t j = 1; j < wl && !sp; j++)
+            if (w[j] == ' ') sp = j;
+        ma[i] = w;
+        mb[i] = sp ? w + sp + 1 : w;
+        mla[i] = sp;
+        mlb[i] = sp ? wl - sp - 1 : 0;
+    }
+    d.n_merges = (int64_t)nm;
+    d.merge_a = ma;
+    d.merge_b = mb;
+    d.merge_la = mla;
+    d.merge_lb = mlb;
     for (uint64_t i = 0; i < n; i++) {
         const gguf_value *v = &toks->v.arr.items[i];
         if (v->type != GGUF_VT_STRING) {
@@ -596,6 +632,10 @@ done:
     free(lens);
     free(sc);
     free(ty);
+    free(ma);
+    free(mb);
+    free(mla);
+    free(mlb);
     return rc;
 }
 
@@ -666,7 +706,10 @@ int ls_token_piece(const ls_tokenizer *t, int32_t id, bool render_special, const
         *n = t->lens[id];
         *unescape = true;
         break;
-    case LS_TOKEN_USER_DEFINED: *n = t->lens[id]; break;
+    case LS_TOKEN_USER_DEFINED:
+        *n = t->lens[id];
+        *unescape = t->unescape_user; /* HF's decoder replaces U+2581 in added tokens too */
+        break;
     case LS_TOKEN_CONTROL:
     case LS_TOKEN_UNKNOWN:
         if (render_special) *n = t->lens[id];
@@ -783,6 +826,42 @@ oom:
     return -1;
 }
 
+/* HF tokenizers' added-token split (AddedVocabulary::split_with_indices): one leftmost-longest
+ * scan over all added tokens (CONTROL = special, USER_DEFINED = not). Without parse_special
+ * (encode_special_tokens = True) a special match is still consumed by the scan but stays
+ * plain text, exactly as HF skips it after the automaton found it. Same return convention
+ * as tok_partition. */
+static int64_t tok_partition_hf(const ls_tokenizer *t, const char *text, size_t len, bool parse_special,
+                                tok_match **out) {
+    *out = NULL;
+    if (t->n_sp_cls == 0 || len == 0) return 0;
+    tok_match *acc = NULL;
+    size_t na = 0, cap_a = 0;
+    for (size_t p = 0; p < len;) {
+        uint8_t b = (uint8_t)text[p];
+        int32_t id = -1;
+        uint32_t L = 0;
+        for (int k = 0; k < t->n_sp_cls && id < 0; k++) { /* longest first */
+            L = t->sp_cls[k].len;
+            if (L > len - p || !((t->sp_cls[k].first[b >> 6] >> (b & 63)) & 1)) continue;
+            id = t->sp_any[sp_slot(t, text + p, L)];
+        }
+        if (id < 0) {
+            p++;
+            continue;
+        }
+        if (parse_special || t->types[id] != LS_TOKEN_CONTROL) {
+            if (push_match(&acc, &na, &cap_a, (tok_match){p, L, id})) {
+                free(acc);
+                return -1;
+            }
+        }
+        p += L;
+    }
+    *out = acc;
+    return (int64_t)na;
+}
+
 int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
                     int64_t cap) {
     if (!t || (!text && len) || cap < 0 || (!out && cap > 0) || len > TOK_MAX_TEXT) return -1;
@@ -795,7 +874,8 @@ int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool ad
     if (len == 0) return n; /* llama.cpp: no fragments at all, not even a space prefix */
 
     tok_match *m;
-    int64_t nm = tok_partition(t, text, len, parse_special, &m);
+    int64_t nm =
+        t->hf ? tok_partition_hf(t, text, len, parse_special, &m) : tok_partition(t, text, len, parse_special, &m);
     if (nm < 0) return -1;
     /* Fragments in order: plain text between matches goes through SPM. llama.cpp adds the
      * space prefix (if enabled) to a plain fragment at the start or after a special. */
@@ -804,7 +884,10 @@ int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool ad
     for (int64_t i = 0; i <= nm && n >= 0; i++) {
         size_t end = i < nm ? m[i].pos : len;
         if (end > p) {
-            n = ls_spm_encode(t, text + p, end - p, t->add_space_prefix && prev_special, out, cap, n);
+            if (t->model == LS_TOKENIZER_MODEL_BPE)
+                n = tok_bpe_encode_fragment(t, text + p, end - p, out, cap, n);
+            else
+                n = ls_spm_encode(t, text + p, end - p, t->add_space_prefix && prev_special, out, cap, n);
             prev_special = false;
         }
         if (i < nm && n >= 0) {

@@ -1,6 +1,7 @@
 /* Tokenizer: SentencePiece-style (GGUF tokenizer.ggml.model = "llama", as Gemma 3 ships it)
- * with byte fallback and special tokens, plus a streaming detokenizer that never emits half
- * a UTF-8 code point, and the Gemma 3 chat template. Built from GGUF metadata. */
+ * and merge-rank BPE (GGUF "gemma4", or a HF tokenizer.json of Gemma 3 / Gemma 4), with byte
+ * fallback and special tokens, plus a streaming detokenizer that never emits half a UTF-8
+ * code point, and the Gemma 3 / Gemma 4 chat templates. */
 #ifndef LS_TOKENIZER_TOKENIZER_H
 #define LS_TOKENIZER_TOKENIZER_H
 
@@ -12,15 +13,30 @@
 
 typedef struct ls_tokenizer ls_tokenizer;
 
-/* Build from GGUF metadata (tokenizer.ggml.*). Non-zero + message on bad/missing data. */
+/* Build from GGUF metadata (tokenizer.ggml.*): model "llama" (SentencePiece, Gemma 3) or
+ * "gemma4" (merge-rank BPE over U+2581-escaped UTF-8, Gemma 4). Non-zero + message on
+ * bad/missing data. Ids equal llama.cpp's (docs/tokenizer.md). */
 int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, size_t errlen);
+/* Build from a Hugging Face tokenizer.json with a BPE model (Gemma 3 / Gemma 4 ship one):
+ * vocab, merges ("a b" strings or ["a", "b"] pairs), added tokens (special: true ->
+ * control, else user-defined), byte_fallback, the normalizer (Replace / Prepend) and
+ * pre-tokenizer (Split on a literal). BOS/EOS/add_bos come from tokenizer_config.json
+ * next to it (same directory, "tokenizer_config.json" or "<prefix>tokenizer_config.json"
+ * for "<prefix>tokenizer.json") when present, else from the post-processor and the
+ * "<bos>"/"<eos>" tokens. Ids equal HF `tokenizers` (parse_special = true: its default;
+ * false: encode_special_tokens = True). Non-zero + message on malformed or unsupported input. */
+int ls_tokenizer_from_json(const char *tokenizer_json_path, ls_tokenizer **out, char *err, size_t errlen);
+/* Same from memory (config may be NULL). Used by the fuzzer and tests. */
+int ls_tokenizer_from_json_mem(const char *json, size_t len, const char *config_json, size_t config_len,
+                               ls_tokenizer **out, char *err, size_t errlen);
 void ls_tokenizer_free(ls_tokenizer *t);
 
 int32_t ls_tokenizer_n_vocab(const ls_tokenizer *t);
 int32_t ls_tokenizer_bos(const ls_tokenizer *t);
 int32_t ls_tokenizer_eos(const ls_tokenizer *t);
 bool ls_tokenizer_add_bos(const ls_tokenizer *t);
-/* True for tokens that end generation (EOS, <end_of_turn>). */
+/* True for tokens that end generation: EOS and the EOS/EOT/EOM ids of the file, plus <eos>,
+ * <end_of_turn> (Gemma 3), <turn|> and <|tool_response> (Gemma 4) by text. */
 bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id);
 /* Id of a token by its exact text (e.g. "<end_of_turn>"), or -1. */
 int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *text);
@@ -62,6 +78,34 @@ typedef struct {
  * a malloc'ed NUL-terminated string (caller frees), NULL + message on error. Includes "<bos>". */
 char *ls_chat_render_gemma3(const ls_chat_msg *msgs, int n, bool add_generation_prompt, char *err, size_t errlen);
 
+/* Gemma 4 template options. */
+typedef struct {
+    bool add_generation_prompt; /* append "<|turn>model\n" */
+    bool enable_thinking;       /* "<|think|>" opens a system turn; no empty thought */
+    bool empty_thought;         /* thinking off: append "<|channel>thought\n<channel|>" after the generation
+                                 * prompt, as the large-model (26B/31B) template does; the E2B/E4B
+                                 * templates do not */
+} ls_chat_opts;
+/* Generation prompt on, thinking off, empty thought on (the 31B-style template). */
+ls_chat_opts ls_chat_opts_default(void);
+/* Renders the Gemma 4 template, byte-identical to jinja2 on the HF template (without tools):
+ *   <bos>[<|turn>system\n[<|think|>]{system | trim}<turn|>\n]            (system turn only if
+ *                                      thinking is on or the first message is system/developer)
+ *   per message: <|turn>{user|model}\n{content | trim}<turn|>\n   (model content: thinking
+ *                                      "<|channel>...<channel|>" stripped first)
+ *   [<|turn>model\n[<|channel>thought\n<channel|>]]
+ * Roles: "system"/"developer" (first message only), "user", "assistant"/"model". opts NULL =
+ * ls_chat_opts_default(). Malloc'ed string or NULL + message. */
+char *ls_chat_render_gemma4(const ls_chat_msg *msgs, int n, const ls_chat_opts *opts, char *err, size_t errlen);
+
+typedef enum { LS_CHAT_UNKNOWN = 0, LS_CHAT_GEMMA3 = 3, LS_CHAT_GEMMA4 = 4 } ls_chat_style;
+/* Which template a vocabulary speaks: Gemma 4 if it has "<|turn>" and "<turn|>", Gemma 3 if
+ * it has "<start_of_turn>" and "<end_of_turn>", else unknown. */
+ls_chat_style ls_chat_style_of(const ls_tokenizer *t);
+/* Renders with the template ls_chat_style_of picks (Gemma 3 uses only add_generation_prompt). */
+char *ls_chat_render(const ls_tokenizer *t, const ls_chat_msg *msgs, int n, const ls_chat_opts *opts, char *err,
+                     size_t errlen);
+
 /* ---- Lower level: construction from arrays, vocab access, the SPM core ----------------------
  * Used by ls_tokenizer_from_gguf, the other tokenizer files, tests and fuzzers. */
 
@@ -87,7 +131,23 @@ typedef struct {
     int32_t bos, eos, unk, pad, eot, eom;
     bool add_bos;
     bool add_space_prefix; /* SentencePiece "dummy prefix": a space before each text fragment */
+
+    /* Zero-initialized = the SPM model above. For LS_TOKENIZER_MODEL_BPE: merges in rank
+     * order (merge i joins merge_a[i] and merge_b[i], neither NUL-terminated); a pair listed
+     * twice keeps its first (lowest) rank, as llama.cpp and HF do. */
+    int model;
+    int64_t n_merges;
+    const char *const *merge_a;
+    const char *const *merge_b;
+    const uint64_t *merge_la, *merge_lb;
+    bool ignore_merges; /* HF BPE ignore_merges: a word that is itself a token skips merging */
+    /* HF tokenizers semantics (tokenizer.json) instead of llama.cpp's (GGUF): added tokens
+     * matched leftmost-longest, no llama.cpp type overrides by text. Set by the JSON loader. */
+    bool hf;
 } ls_tokenizer_desc;
+
+/* ls_tokenizer_desc.model */
+enum { LS_TOKENIZER_MODEL_SPM = 0, LS_TOKENIZER_MODEL_BPE = 1 };
 int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *err, size_t errlen);
 
 /* Vocab access; bad ids give -1 / NULL. */
