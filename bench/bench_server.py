@@ -17,8 +17,9 @@ Generated tokens: lockstep's `usage` (stream_options.include_usage); llama-cpp-p
 usage in streams but one chunk per token, so its chunks without finish_reason are counted.
 
 lockstep is restarted per level with --parallel P (policy --ls-parallel, default
-"min4" = min(C, 4), the slot count the issue suggests) and its default threads per slot
-max(1, T / P), T = --threads, so the whole server uses T threads at most. More policies (comma
+"min4" = min(C, 4), the slot count the issue suggests) and -t T, T = --threads: the forward
+steps of all slots run batched on one pool of T threads, so the whole server computes on T
+threads. More policies (comma
 separated: minN, or a fixed number) add rows. llama-cpp-python's server runs one request at
 a time (it serializes requests behind a lock), with --n_threads T and --interrupt_requests
 False (by default a new request cuts the running stream short, which would make its output
@@ -229,12 +230,12 @@ def main():
             par = parallel_for(pol, c)
             port = free_port()
             srv = Proc([a.lockstep, "serve", "-m", a.model, "--host", "127.0.0.1", "--port", str(port), "--parallel",
-                        str(par), "-c", str(a.ctx), "-t", str(max(1, a.threads // par))], "/health", port)
+                        str(par), "-c", str(a.ctx), "-t", str(a.threads)], "/health", port)
             try:
                 res = run_level(port, c, a.requests, a.max_tokens)
             finally:
                 srv.stop()
-            res["config"] = "--parallel %d -t %d" % (par, max(1, a.threads // par))
+            res["config"] = "--parallel %d -t %d" % (par, a.threads)
             rows.append(("lockstep (%s)" % pol, c, res))
             print("lockstep %s clients=%d: %s" % (pol, c, res), file=sys.stderr, flush=True)
 

@@ -203,6 +203,13 @@ typedef struct {
     /* Optional: polled between prefill chunks and before every decode step or round; true
      * stops generation (stop_reason "cancelled"). */
     bool (*cancelled)(void *ud);
+    /* Prefix reuse: the caller knows the session's cache holds the first n_reuse tokens of
+     * this prompt (from an earlier generation: after ls_generate returns LS_OK the cache holds
+     * positions [0, ls_session_pos) of that prompt followed by the emitted tokens). They are
+     * kept instead of prefilled again when the cache can resume there (sliding windows may
+     * have dropped needed keys: then everything is prefilled). The result is bit-identical
+     * either way: a row's bits do not depend on how the prompt was chunked. */
+    int32_t n_reuse;
 } ls_gen_params;
 ls_gen_params ls_gen_default_params(void);
 
@@ -210,6 +217,7 @@ enum { LS_SPEC_MAX_BLOCK = 16 };
 
 typedef struct {
     int32_t n_prompt, n_generated;
+    int32_t n_prompt_cached; /* prompt tokens reused from the cache (not prefilled) */
     double prefill_ms, decode_ms;
     const char *stop_reason; /* "eos", "length", "context", "stopped", "cancelled" */
     /* Speculative rounds (all zero for classic decoding). */

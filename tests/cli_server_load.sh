@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load test of `lockstep serve`: starts the server (--parallel 2, -c 2048) on a free loopback
+# Load test of `lockstep serve`: starts the server (--parallel 4, -c 2048) on a free loopback
 # port with the default model, waits for /health 200, runs tests/server/test_load.py (8
 # concurrent clients, 200 mixed chat/completion requests, streaming and not, openai client
 # and raw HTTP, ~10% early disconnects, 503 + Retry-After retries; RSS back to idle), then
@@ -41,7 +41,7 @@ if [ -z "${LOCKSTEP_LOAD_RSS_SLACK_MIB:-}" ] && grep -q __asan_init "$CLI" 2>/de
 fi
 
 CTX=2048
-"$CLI" serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 2 -c $CTX --timeout 120 >"$LOG" 2>&1 &
+"$CLI" serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 4 -c $CTX --timeout 120 >"$LOG" 2>&1 &
 PID=$!
 URL=
 for _ in $(seq 1200); do # <= 120 s (sanitizer builds load slowly)

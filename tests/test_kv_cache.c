@@ -97,7 +97,15 @@ static void test_rollback_past_compaction_refused(void **st) {
     for (int32_t p = 0; p < 40; p += 4) write_block(&c, p, 4, 1);
     assert_true(c.first_pos > 0);
     assert_int_equal(ls_kv_truncate(&c, c.first_pos - 1), -1); /* keys gone: refuse */
-    assert_int_equal(ls_kv_truncate(&c, 0), 0);                /* full reset always works */
+    /* A position the cache still holds, but whose window reaches before first_pos: the next
+     * row would need dropped keys (prefix reuse asks for such resumes). */
+    int32_t fp = c.first_pos, end = ls_kv_end(&c);
+    assert_int_equal(ls_kv_truncate(&c, fp + 1), -1);
+    assert_int_equal(ls_kv_end(&c), end); /* refused: nothing changed */
+    /* the earliest resumable position: its window starts exactly at first_pos */
+    assert_int_equal(ls_kv_truncate(&c, fp + 8 - 1), 0);
+    assert_int_equal(ls_kv_end(&c), fp + 7);
+    assert_int_equal(ls_kv_truncate(&c, 0), 0); /* full reset always works */
     assert_int_equal(ls_kv_end(&c), 0);
     ls_kv_free(&c);
 }

@@ -177,15 +177,16 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
             if (!hit) break;
         }
         double t2 = now_ms(); /* verify = the block forward + choosing its tokens */
-        /* Roll the target back to the last emitted token (it is the next bonus). */
+        /* Roll the target back to the last emitted token (it is the next bonus): the cache
+         * then holds the bonus and the accepted drafts, all equal to the history. Also when
+         * generation ended, so the cache never holds a rejected draft (prefix reuse relies
+         * on the cache matching prompt + emitted tokens). */
         int32_t new_n = n + emitted;
-        if (!ended) {
-            if (ls_session_truncate(g->s, new_n - 1) != LS_OK) {
-                snprintf(err, errlen, "speculative: rollback to %d failed", new_n - 1);
-                return LS_ERR;
-            }
-            gp->drafter->ops->rollback(gp->drafter, new_n - 1);
+        if (ls_session_truncate(g->s, n + accepted) != LS_OK) {
+            snprintf(err, errlen, "speculative: rollback to %d failed", n + accepted);
+            return LS_ERR;
         }
+        if (!ended) gp->drafter->ops->rollback(gp->drafter, new_n - 1);
         double t3 = now_ms();
         st->rounds++;
         st->emitted += emitted;
@@ -276,9 +277,18 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
                    .ud = ud,
                    .st = &st};
     double t0 = now_ms();
-    int rc = ls_session_truncate(s, 0);
+    /* Keep a reused prefix if the cache can resume after it; the last prompt token always
+     * runs (its logits choose the first token). */
+    int32_t keep = gp->n_reuse < n_prompt - 1 ? gp->n_reuse : n_prompt - 1;
+    if (keep < 0 || keep > ls_session_pos(s)) keep = 0;
+    int rc = ls_session_truncate(s, keep);
+    if (rc != LS_OK) {
+        keep = 0;
+        rc = ls_session_truncate(s, 0);
+    }
+    st.n_prompt_cached = keep;
     if (spec) gp->drafter->ops->rollback(gp->drafter, 0);
-    if (rc == LS_OK) rc = prefill(&g, prompt, n_prompt, logits, err, errlen);
+    if (rc == LS_OK) rc = prefill(&g, prompt + keep, n_prompt - keep, logits, err, errlen);
     double t1 = now_ms();
     st.prefill_ms = t1 - t0;
     st.speculative = spec;

@@ -68,12 +68,18 @@ void ls_kv_commit(ls_kv_layer *c, int32_t end) {
 
 int ls_kv_truncate(ls_kv_layer *c, int32_t pos) {
     if (pos >= ls_kv_end(c)) return 0;
-    if (pos < c->first_pos) {
-        if (pos > 0) return -1; /* the keys needed to resume at pos were compacted away */
-        c->first_pos = 0;       /* a full reset is always possible */
+    if (pos == 0) { /* a full reset is always possible */
+        c->first_pos = 0;
         c->n = 0;
         return 0;
     }
+    /* The next row (position pos) reads keys from pos - window + 1 on: they must still be
+     * here. (A rollback after a verify block always passes: compaction keeps the window
+     * before the block's first row. Resuming further back, as prefix reuse may ask, needs
+     * keys compaction may have dropped.) */
+    int32_t need = c->window > 0 ? pos - c->window + 1 : 0;
+    if (need < 0) need = 0;
+    if (pos < c->first_pos || need < c->first_pos) return -1;
     c->n = pos - c->first_pos;
     return 0;
 }

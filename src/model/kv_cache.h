@@ -41,8 +41,8 @@ uint16_t *ls_kv_k(ls_kv_layer *c, int32_t pos);
 uint16_t *ls_kv_v(ls_kv_layer *c, int32_t pos);
 /* Mark positions up to end (exclusive) as filled after the rows were written. */
 void ls_kv_commit(ls_kv_layer *c, int32_t end);
-/* Forget positions >= pos. Returns -1 if pos precedes what a sliding layer still holds
- * (the keys needed to resume there were compacted away). */
+/* Forget positions >= pos. Returns -1 (and changes nothing) if a row at pos would need keys
+ * that compaction already dropped: pos - window + 1 before what a sliding layer holds. */
 int ls_kv_truncate(ls_kv_layer *c, int32_t pos);
 
 #endif

@@ -349,7 +349,7 @@ def check_usage(e, usage, text, finish, expected_prompt, timings=None):
     if text:
         assert c >= 1, (text, usage)
     if timings is not None:
-        assert timings["predicted_n"] == c and timings["prompt_n"] == usage["prompt_tokens"], (timings, usage)
+        assert timings["predicted_n"] == c and timings["prompt_n"] + timings["cache_n"] == usage["prompt_tokens"], (timings, usage)
     return c
 
 
@@ -408,8 +408,9 @@ def validate(e, res, expected_prompt):
     if usage is None:  # no usage chunk: the final chunk's timings carry the counts
         if timings is None:
             return text, None
-        usage = {"prompt_tokens": timings["prompt_n"], "completion_tokens": timings["predicted_n"],
-                 "total_tokens": timings["prompt_n"] + timings["predicted_n"]}
+        n_prompt = timings["prompt_n"] + timings["cache_n"]
+        usage = {"prompt_tokens": n_prompt, "completion_tokens": timings["predicted_n"],
+                 "total_tokens": n_prompt + timings["predicted_n"]}
     c = check_usage(e, usage, text, finishes[-1], expected_prompt, timings)
     assert n_content <= c, ("more content chunks than tokens", n_content, usage)
     return text, c

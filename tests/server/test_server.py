@@ -205,7 +205,7 @@ def test_chat_non_streaming_openai_client():
     assert u.prompt_tokens > 0 and 0 < u.completion_tokens <= 16
     assert u.total_tokens == u.prompt_tokens + u.completion_tokens
     t = r.model_extra["timings"]
-    assert t["prompt_n"] == u.prompt_tokens and t["predicted_n"] == u.completion_tokens
+    assert t["prompt_n"] + t["cache_n"] == u.prompt_tokens and t["predicted_n"] == u.completion_tokens
     assert set(t) >= {"prompt_ms", "prompt_per_second", "predicted_ms", "predicted_per_second", "draft_n",
                       "draft_n_accepted"}
 
@@ -295,6 +295,43 @@ def test_decode_steps_batched_across_slots():
     assert segs / steps > 1.5, (steps, segs)
 
 
+@pytest.fixture(scope="module")
+def single_slot_server():
+    s = Server("--parallel", "1")
+    yield s
+    s.stop()
+    os.unlink(s.log.name)
+
+
+def test_prefix_reuse_is_exact(single_slot_server, ngram_server):
+    """A follow-up request that extends the previous one reuses the slot's cache for the
+    shared prefix (usage.prompt_tokens_details.cached_tokens, timings.cache_n) and returns
+    exactly the text a server with nothing cached returns."""
+    base = single_slot_server.url
+    first = {"prompt": STORY, "max_tokens": 24, "temperature": 0, "seed": 3}
+    st, _, r1 = post("/v1/completions", first, base=base)
+    assert st == 200
+    n1 = r1["usage"]["prompt_tokens"]
+    assert r1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    # the same prompt again: all but the last prompt token come from the cache
+    st, _, r2 = post("/v1/completions", first, base=base)
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == n1 - 1
+    assert r2["timings"]["cache_n"] == n1 - 1 and r2["timings"]["prompt_n"] == 1
+    assert r2["choices"][0]["text"] == r1["choices"][0]["text"]
+    # a continuation of prompt + answer, at T=0 and T=0.8
+    for temp in (0, 0.8):
+        follow = {"prompt": STORY + r1["choices"][0]["text"] + " Then", "max_tokens": 24, "temperature": temp,
+                  "seed": 11}
+        st, _, r3 = post("/v1/completions", follow, base=base)
+        assert st == 200
+        cached = r3["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached >= n1, (cached, n1)
+        # another server (other slots, drafter on, its own cache state)
+        st, _, ref = post("/v1/completions", follow, base=ngram_server.url)
+        assert st == 200
+        assert r3["choices"][0]["text"] == ref["choices"][0]["text"]
+
+
 def test_disconnect_during_prefill_frees_slot():
     """A client that leaves while its long prompt is being prefilled frees the slot after at
     most one prompt chunk, not after the whole prompt."""
@@ -311,7 +348,8 @@ def test_disconnect_during_prefill_frees_slot():
     before = _metric("lockstep_requests_cancelled_total")
     u = urlparse(URL)
     s = socket.create_connection((u.hostname, u.port), timeout=60)
-    payload = json.dumps({"prompt": prompt + " again", "max_tokens": 8, "temperature": 0}).encode()
+    # a different first word: no prefix of it is in any slot's cache (prefix reuse)
+    payload = json.dumps({"prompt": "Again, " + prompt, "max_tokens": 8, "temperature": 0}).encode()
     s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                "Content-Length: %d\r\n\r\n" % len(payload)).encode() + payload)
     time.sleep(min(0.3, full / 8))

@@ -49,6 +49,10 @@ typedef struct srv_slot {
     int index;
     ls_session *session;
     ls_drafter *drafter;
+    /* What the session's cache holds (prompt + emitted tokens of its last request), for
+     * prefix reuse: [0, n_cached) */
+    int32_t *cached;
+    int32_t n_cached, n_hist;
     pthread_t thread;
     bool started;
 } srv_slot;

@@ -75,14 +75,18 @@ cJSON *srv_usage_json(const ls_gen_stats *st) {
     cJSON_AddNumberToObject(u, "prompt_tokens", st->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", st->n_generated);
     cJSON_AddNumberToObject(u, "total_tokens", st->n_prompt + st->n_generated);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", st->n_prompt_cached);
     return u;
 }
 
 cJSON *srv_timings_json(const ls_gen_stats *st) {
     cJSON *t = cJSON_CreateObject();
-    cJSON_AddNumberToObject(t, "prompt_n", st->n_prompt);
+    cJSON_AddNumberToObject(t, "cache_n", st->n_prompt_cached);
+    cJSON_AddNumberToObject(t, "prompt_n", st->n_prompt - st->n_prompt_cached);
     cJSON_AddNumberToObject(t, "prompt_ms", st->prefill_ms);
-    cJSON_AddNumberToObject(t, "prompt_per_second", st->prefill_ms > 0 ? st->n_prompt * 1e3 / st->prefill_ms : 0);
+    cJSON_AddNumberToObject(t, "prompt_per_second",
+                            st->prefill_ms > 0 ? (st->n_prompt - st->n_prompt_cached) * 1e3 / st->prefill_ms : 0);
     cJSON_AddNumberToObject(t, "predicted_n", st->n_generated);
     cJSON_AddNumberToObject(t, "predicted_ms", st->decode_ms);
     cJSON_AddNumberToObject(t, "predicted_per_second", st->decode_ms > 0 ? st->n_generated * 1e3 / st->decode_ms : 0);
@@ -154,7 +158,15 @@ int srv_submit(srv_server *s, srv_job *j) {
 typedef struct {
     srv_server *s;
     srv_job *j;
+    srv_slot *slot;
 } gen_ctx;
+
+/* Emitted tokens extend the slot's record of its cache (prompt first, see run_job). */
+static void on_token(int32_t id, void *ud) {
+    gen_ctx *g = ud;
+    srv_slot *sl = g->slot;
+    if (sl->n_hist < g->s->n_ctx) sl->cached[sl->n_hist++] = id;
+}
 
 /* The text callback: stop sequences, cancellation (client gone, shutdown), deadline. */
 static bool on_text(const char *text, size_t len, void *ud) {
@@ -219,8 +231,13 @@ static void run_job(srv_slot *slot, srv_job *j) {
     gp.allow_inexact = s->cfg.allow_inexact;
     gp.cancelled = job_cancelled;
     gp.ignore_eos = r->ignore_eos;
+    gp.on_token = on_token;
+    /* Prefix reuse: the longest common prefix with what this slot's cache holds. */
+    int32_t common = 0;
+    while (common < slot->n_cached && common < j->n_prompt && slot->cached[common] == j->prompt[common]) common++;
+    gp.n_reuse = common;
 
-    gen_ctx g = {s, j};
+    gen_ctx g = {s, j, slot};
     ls_gen_stats st;
     memset(&st, 0, sizeof st);
     char err[512] = "";
@@ -232,7 +249,13 @@ static void run_job(srv_slot *slot, srv_job *j) {
         rc = LS_ERR;
         snprintf(err, sizeof err, "server shutting down or request cancelled");
     } else {
+        memcpy(slot->cached, j->prompt, sizeof(int32_t) * (size_t)j->n_prompt);
+        slot->n_hist = j->n_prompt;
+        slot->n_cached = 0; /* unknown while generating */
         rc = ls_generate(slot->session, j->prompt, j->n_prompt, &gp, on_text, &g, &st, err, sizeof err);
+        /* The cache holds [0, pos) of prompt + emitted tokens (ls_generate's contract). */
+        int32_t pos = ls_session_pos(slot->session);
+        slot->n_cached = rc == LS_OK ? (pos < slot->n_hist ? pos : slot->n_hist) : 0;
     }
     pthread_mutex_lock(&j->mu);
     j->stats = st;
@@ -356,6 +379,10 @@ int srv_slots_start(srv_server *s, char *err, size_t errlen) {
             return -1;
         }
         s->n_ctx = ls_session_n_ctx(sl->session);
+        if (!(sl->cached = malloc(sizeof(int32_t) * (size_t)s->n_ctx))) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
         if (s->cfg.draft_kind && !strcmp(s->cfg.draft_kind, "ngram")) {
             if (ls_drafter_ngram_create(LS_NGRAM_DEFAULT_MIN, LS_NGRAM_DEFAULT_MAX, &sl->drafter, e, sizeof e) !=
                 LS_OK) {
@@ -389,6 +416,7 @@ void srv_slots_stop(srv_server *s) {
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         ls_drafter_free(s->slots[i].drafter);
         ls_session_free(s->slots[i].session);
+        free(s->slots[i].cached);
     }
     free(s->slots);
     s->slots = NULL;
