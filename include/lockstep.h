@@ -74,6 +74,9 @@ typedef struct {
     int32_t n_ctx;     /* context length; 0 = the model's training context */
     int32_t n_threads; /* 0 = all cores */
     int32_t n_batch;   /* most rows in one forward (prefill chunk, verify block); 0 = 512 */
+    /* KV cache element type: 0 = the model's default (f32 for checkpoint directories,
+     * f16 for GGUF files), 1 = f16, 2 = f32. */
+    int32_t kv_type;
 } ls_session_params;
 ls_session_params ls_session_default_params(void);
 

@@ -169,16 +169,7 @@ static void assert_ids(const int32_t *got, int n, const int32_t *want, int nw) {
     } while (0)
 
 /*                                 0        1        2        3     4    5    6     7     8     9 */
-static const char *const syn_texts[] = {"<pad>",
-                                        "<eos>",
-                                        "<bos>",
-                                        "a",
-                                        "b",
-                                        "c",
-                                        "ab",
-                                        "bc",
-                                        "abc",
-                                        "\n",
+static const char *const syn_texts[] = {"<pad>", "<eos>", "<bos>", "a", "b", "c", "ab", "bc", "abc", "\n",
                                         /* 10 */ "\n\n",
                                         /* 11 */ "\xE2\x96\x81",
                                         /* 12 */

@@ -37,9 +37,9 @@ typedef struct {
 
     /* text model (for the assistant: its own small text stack) */
     int32_t vocab_size, hidden_size, intermediate_size, n_layers, n_heads;
-    int32_t head_dim, global_head_dim;         /* sliding / full head dims (Gemma 3: equal) */
-    int32_t n_kv_heads, n_global_kv_heads;     /* sliding / full KV heads (resolved) */
-    bool attention_k_eq_v;                     /* full layers: V = raw K projection */
+    int32_t head_dim, global_head_dim;     /* sliding / full head dims (Gemma 3: equal) */
+    int32_t n_kv_heads, n_global_kv_heads; /* sliding / full KV heads (resolved) */
+    bool attention_k_eq_v;                 /* full layers: V = raw K projection */
     int32_t sliding_window;
     int32_t max_position_embeddings;
     float rms_norm_eps;
@@ -55,8 +55,8 @@ typedef struct {
     bool layer_sliding[LS_HF_MAX_LAYERS];
     int32_t layer_head_dim[LS_HF_MAX_LAYERS];
     int32_t layer_kv_heads[LS_HF_MAX_LAYERS];
-    bool layer_k_eq_v[LS_HF_MAX_LAYERS];      /* full layer without v_proj */
-    int32_t layer_kv_source[LS_HF_MAX_LAYERS]; /* the layer whose K/V it reads (itself unless shared) */
+    bool layer_k_eq_v[LS_HF_MAX_LAYERS];          /* full layer without v_proj */
+    int32_t layer_kv_source[LS_HF_MAX_LAYERS];    /* the layer whose K/V it reads (itself unless shared) */
     int32_t layer_intermediate[LS_HF_MAX_LAYERS]; /* MLP width (double-wide on shared layers) */
 
     /* Gemma 4 extras */

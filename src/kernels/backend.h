@@ -68,6 +68,14 @@ typedef struct {
      * n_rot dims, row i at absolute position pos[i]. */
     void (*rope)(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_rot, const int32_t *pos,
                  float theta_base);
+    /* In place NeoX RoPE with a rotated-pairs count (Gemma 3/4, gemma.md 3.4): pairs
+     * (j, j + hd/2) for j < hd/2; pair j < n_pairs rotates by the angle
+     * pos[i] * (freq_scale * theta_base^(-2j/hd)), pairs j >= n_pairs are left as they are.
+     * n_pairs = hd/2 is plain full rotary; n_pairs < hd/2 is Gemma 4's "proportional" RoPE
+     * (exponent normalised by the FULL head dim, unlike rope's n_rot); freq_scale = 1/factor
+     * is linear position scaling (Gemma 3 global layers). Row-independent. */
+    void (*rope_pairs)(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
+                       const int32_t *pos, float theta_base, float freq_scale);
     void (*attention)(ls_backend *be, const ls_attn_args *a);
     /* gate[i] = gelu_tanh(gate[i]) * up[i] for i < n */
     void (*gelu_mul)(ls_backend *be, float *gate, const float *up, int64_t n);

@@ -124,7 +124,7 @@ static void *batcher_main(void *arg) {
             }
         }
         double t0 = ls_now_ms();
-        if (ns > 0) ls_gemma3_forward(b->be, &b->ws, segs, ns);
+        if (ns > 0) ls_gemma_forward(b->be, &b->ws, segs, ns);
         double dt = ls_now_ms() - t0;
 
         pthread_mutex_lock(&b->mu);
@@ -205,10 +205,7 @@ int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out,
     b->max_rows = rows;
     b->max_logit_rows = lrows;
     b->n_ctx = n_ctx;
-    int64_t qd = (int64_t)c->n_head * c->head_dim, max_cols = c->n_embd;
-    if (qd > max_cols) max_cols = qd;
-    if (c->n_ff > max_cols) max_cols = c->n_ff;
-    b->be = ls_backend_cpu_create(threads, rows, max_cols, n_ctx);
+    b->be = ls_backend_cpu_create(threads, rows, ls_model_max_cols(m), n_ctx);
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv_work, NULL);
     pthread_cond_init(&b->cv_done, NULL);

@@ -6,13 +6,27 @@
 
 #include "core/log.h"
 
+static size_t elem_size(const ls_kv_layer *c) {
+    return c->f32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+uint64_t ls_kv_bytes_t(int32_t cap, int32_t row, bool f32) {
+    return 2ull * (uint64_t)cap * (uint64_t)row * (f32 ? sizeof(float) : sizeof(uint16_t));
+}
+
 uint64_t ls_kv_bytes(int32_t cap, int32_t row) {
-    return 2ull * (uint64_t)cap * (uint64_t)row * sizeof(uint16_t);
+    return ls_kv_bytes_t(cap, row, false);
 }
 
 int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window) {
+    return ls_kv_init_t(c, cap, row, window, false);
+}
+
+int ls_kv_init_t(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window, bool f32) {
     memset(c, 0, sizeof *c);
-    size_t half = (size_t)cap * (size_t)row * sizeof(uint16_t);
+    c->f32 = f32;
+    size_t half = (size_t)cap * (size_t)row * elem_size(c);
+    if (half == 0) half = 1; /* keep non-NULL pointers for empty caches */
     c->k = malloc(half);
     c->v = malloc(half);
     if (!c->k || !c->v) {
@@ -42,23 +56,23 @@ int ls_kv_reserve(ls_kv_layer *c, int32_t m) {
     int32_t drop = keep_from - c->first_pos;
     if (c->n - drop + m > c->cap) return -1;
     if (drop > 0) {
-        size_t rowb = (size_t)c->row * sizeof(uint16_t);
-        memmove(c->k, c->k + (size_t)drop * c->row, (size_t)(c->n - drop) * rowb);
-        memmove(c->v, c->v + (size_t)drop * c->row, (size_t)(c->n - drop) * rowb);
+        size_t rowb = (size_t)c->row * elem_size(c);
+        memmove(c->k, (char *)c->k + (size_t)drop * rowb, (size_t)(c->n - drop) * rowb);
+        memmove(c->v, (char *)c->v + (size_t)drop * rowb, (size_t)(c->n - drop) * rowb);
         c->first_pos += drop;
         c->n -= drop;
     }
     return 0;
 }
 
-uint16_t *ls_kv_k(ls_kv_layer *c, int32_t pos) {
+void *ls_kv_k(ls_kv_layer *c, int32_t pos) {
     LS_ASSERT(pos >= c->first_pos && pos - c->first_pos < c->cap);
-    return c->k + (size_t)(pos - c->first_pos) * c->row;
+    return (char *)c->k + (size_t)(pos - c->first_pos) * (size_t)c->row * elem_size(c);
 }
 
-uint16_t *ls_kv_v(ls_kv_layer *c, int32_t pos) {
+void *ls_kv_v(ls_kv_layer *c, int32_t pos) {
     LS_ASSERT(pos >= c->first_pos && pos - c->first_pos < c->cap);
-    return c->v + (size_t)(pos - c->first_pos) * c->row;
+    return (char *)c->v + (size_t)(pos - c->first_pos) * (size_t)c->row * elem_size(c);
 }
 
 void ls_kv_commit(ls_kv_layer *c, int32_t end) {

@@ -10,11 +10,13 @@
 #ifndef LS_MODEL_KV_CACHE_H
 #define LS_MODEL_KV_CACHE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct {
-    uint16_t *k;       /* [cap][row] f16 */
-    uint16_t *v;       /* [cap][row] f16 */
+    void *k;           /* [cap][row] f16 (uint16_t), or f32 when f32 */
+    void *v;           /* [cap][row] same type as k */
+    bool f32;          /* element type: float instead of f16 */
     int32_t cap;       /* slots */
     int32_t row;       /* n_kv * head_dim */
     int32_t window;    /* 0 = full attention */
@@ -22,9 +24,12 @@ typedef struct {
     int32_t n;         /* filled slots: positions [first_pos, first_pos + n) */
 } ls_kv_layer;
 
-/* Bytes ls_kv_init will allocate for this geometry. */
+/* Bytes ls_kv_init will allocate for this geometry (f16; ls_kv_bytes_t for either type). */
 uint64_t ls_kv_bytes(int32_t cap, int32_t row);
+uint64_t ls_kv_bytes_t(int32_t cap, int32_t row, bool f32);
+/* An f16 cache (ls_kv_init_t: f16 or f32). */
 int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window);
+int ls_kv_init_t(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window, bool f32);
 void ls_kv_free(ls_kv_layer *c);
 
 /* Position just past the last stored key. */
@@ -36,9 +41,9 @@ static inline int32_t ls_kv_end(const ls_kv_layer *c) {
  * -1 if it cannot fit (full layer past capacity, or m larger than the slack). */
 int ls_kv_reserve(ls_kv_layer *c, int32_t m);
 /* Pointers to the K / V row of absolute position pos (must be inside the stored range or
- * the reserved append range). */
-uint16_t *ls_kv_k(ls_kv_layer *c, int32_t pos);
-uint16_t *ls_kv_v(ls_kv_layer *c, int32_t pos);
+ * the reserved append range): uint16_t * (f16) or float * (f32). */
+void *ls_kv_k(ls_kv_layer *c, int32_t pos);
+void *ls_kv_v(ls_kv_layer *c, int32_t pos);
 /* Mark positions up to end (exclusive) as filled after the rows were written. */
 void ls_kv_commit(ls_kv_layer *c, int32_t end);
 /* Forget positions >= pos. Returns -1 (and changes nothing) if a row at pos would need keys

@@ -45,7 +45,11 @@ int32_t *ls_model_tokenize_alloc(const ls_model *m, const char *text, size_t len
 }
 
 char *ls_chat_apply(const ls_model *m, const ls_message *msgs, int n, char *err, size_t errlen) {
-    (void)m; /* Gemma 3 is the only family so far; the template is chosen by architecture. */
+    /* The template follows the vocabulary: Gemma 4's turn tokens pick its template (the
+     * large-model default: generation prompt, thinking off, empty thought); anything else
+     * keeps the Gemma 3 template. */
+    if (ls_chat_style_of(m->tok) == LS_CHAT_GEMMA4)
+        return ls_chat_render_gemma4((const ls_chat_msg *)msgs, n, NULL, err, errlen);
     return ls_chat_render_gemma3((const ls_chat_msg *)msgs, n, true, err, errlen);
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "lockstep.h"
+#include "format/safetensors.h"
 #include "model/model.h"
 
 #define ERRF(...) snprintf(err, errlen, __VA_ARGS__)
@@ -94,17 +95,23 @@ static int bind_vec(ls_model *m, const char *name, int64_t n, const float **out,
         return -1;
     }
     float *buf = malloc(sizeof(float) * (size_t)n);
-    float **grown = realloc(m->owned, sizeof(float *) * (size_t)(m->n_owned + 1));
-    if (!buf || !grown) {
-        free(buf);
-        if (grown) m->owned = grown;
+    if (!buf || ls_model_own(m, buf) != 0) {
         ERRF("model: out of memory");
+        return -1;
+    }
+    tr->dequantize_row(t->data, buf, n);
+    *out = buf;
+    return 0;
+}
+
+int ls_model_own(ls_model *m, float *buf) {
+    float **grown = realloc(m->owned, sizeof(float *) * (size_t)(m->n_owned + 1));
+    if (!grown) {
+        free(buf);
         return -1;
     }
     m->owned = grown;
     m->owned[m->n_owned++] = buf;
-    tr->dequantize_row(t->data, buf, n);
-    *out = buf;
     return 0;
 }
 
@@ -163,6 +170,13 @@ static int read_config(ls_model *m, char *err, size_t errlen) {
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     if (c->n_layer == 62) c->attn_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
     c->embd_scale = sqrtf((float)c->n_embd);
+    c->family = LS_FAMILY_GEMMA3;
+    c->final_softcap = 0.0f;
+    c->max_q = c->n_head * c->head_dim;
+    c->max_kv = c->n_head_kv * c->head_dim;
+    c->max_ff = c->n_ff;
+    c->max_hd = c->head_dim;
+    c->kv_f32 = false; /* quantized GGUF weights: f16 KV (the golden tests were made with it) */
     return 0;
 }
 
@@ -192,6 +206,14 @@ static int bind_tensors(ls_model *m, char *err, size_t errlen) {
         char n[96];
         /* Gemma 3: every 6th layer attends to the full context, the rest slide. */
         l->sliding = c->sliding_window > 0 && (i + 1) % 6 != 0;
+        l->head_dim = c->head_dim;
+        l->n_kv = c->n_head_kv;
+        l->n_ff = c->n_ff;
+        l->kv_src = i;
+        l->rope_base = l->sliding ? c->rope_base_sliding : c->rope_base_full;
+        l->rope_pairs = c->head_dim / 2;
+        l->rope_freq_scale = 1.0f;
+        l->layer_scalar = 1.0f;
 #define W(name, rows, cols, dst)                                                                                       \
     (snprintf(n, sizeof n, "blk.%d." name ".weight", i), bind_weight(m, n, rows, cols, dst, err, errlen))
 #define V(name, len, dst) (snprintf(n, sizeof n, "blk.%d." name ".weight", i), bind_vec(m, n, len, dst, err, errlen))
@@ -215,6 +237,14 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
     if (!m) {
         ERRF("model: out of memory");
         return LS_ERR_NOMEM;
+    }
+    struct stat ds;
+    if (stat(path, &ds) == 0 && S_ISDIR(ds.st_mode)) {
+        /* A Hugging Face / MLX checkpoint directory (model_load_hf.c). */
+        if (!realpath(path, m->path)) snprintf(m->path, sizeof m->path, "%s", path);
+        if (ls_model_load_hf(m, path, err, errlen) != 0) goto fail;
+        *out = m;
+        return LS_OK;
     }
     if (gguf_open(path, &m->gguf, err, errlen) != 0) goto fail;
     struct stat sb;
@@ -253,8 +283,11 @@ void ls_model_close(ls_model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->layers);
+    free(m->moes);
+    free(m->expert_w);
     ls_tokenizer_free(m->tok);
     gguf_close(m->gguf);
+    ls_st_close(m->st);
     free(m);
 }
 

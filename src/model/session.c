@@ -26,8 +26,10 @@ static uint64_t mem_available(void) {
     return kb * 1024;
 }
 
-static int32_t kv_capacity(const ls_config *c, int32_t n_ctx, int32_t n_batch, bool sliding) {
-    if (!sliding) return n_ctx;
+static int32_t kv_capacity(const ls_model *m, int layer, int32_t n_ctx, int32_t n_batch) {
+    const ls_config *c = &m->cfg;
+    if (m->layers[layer].kv_src != layer) return 0; /* KV-shared: reads its source's cache */
+    if (!m->layers[layer].sliding) return n_ctx;
     /* window + the largest block one forward appends; never more than the context */
     int64_t cap = (int64_t)c->sliding_window + n_batch;
     return cap < n_ctx ? (int32_t)cap : n_ctx;
@@ -47,13 +49,18 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
     }
     if (n_threads > 512) n_threads = 512;
     if (n_batch > n_ctx) n_batch = n_ctx;
+    if (p->kv_type < 0 || p->kv_type > 2) {
+        snprintf(err, errlen, "kv_type %d out of range (0 = model default, 1 = f16, 2 = f32)", p->kv_type);
+        return LS_ERR_ARG;
+    }
+    bool kv_f32 = p->kv_type == 0 ? c->kv_f32 : p->kv_type == 2;
 
     /* Budget everything before allocating anything. */
-    int64_t d = c->n_embd, qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_head_kv * c->head_dim;
+    int64_t d = c->n_embd;
     uint64_t kv_bytes = 0;
     for (int i = 0; i < c->n_layer; i++)
-        kv_bytes += ls_kv_bytes(kv_capacity(c, n_ctx, n_batch, m->layers[i].sliding), (int32_t)kvd);
-    uint64_t act = ls_workspace_bytes(m, n_batch, 0);
+        kv_bytes += ls_kv_bytes_t(kv_capacity(m, i, n_ctx, n_batch), m->layers[i].n_kv * m->layers[i].head_dim, kv_f32);
+    uint64_t act = ls_workspace_bytes(m, n_batch, 0) + sizeof(float) * (uint64_t)n_batch * (uint64_t)d;
     uint64_t total = kv_bytes + act + sizeof(float) * (uint64_t)n_ctx * (uint64_t)n_threads;
     uint64_t avail = mem_available();
     if (avail && total > avail) {
@@ -73,15 +80,15 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
     s->kv = calloc((size_t)c->n_layer, sizeof(ls_kv_layer));
     if (!s->kv) goto nomem;
     for (int i = 0; i < c->n_layer; i++) {
-        bool sl = m->layers[i].sliding;
-        if (ls_kv_init(&s->kv[i], kv_capacity(c, n_ctx, n_batch, sl), (int32_t)kvd, sl ? c->sliding_window : 0))
+        const ls_layer *l = &m->layers[i];
+        if (ls_kv_init_t(&s->kv[i], kv_capacity(m, i, n_ctx, n_batch), l->n_kv * l->head_dim,
+                         l->sliding ? c->sliding_window : 0, kv_f32))
             goto nomem;
     }
     if (ls_workspace_init(&s->ws, m, n_batch, 0) != 0) goto nomem;
-    int64_t max_cols = d;
-    if (qd > max_cols) max_cols = qd;
-    if (c->n_ff > max_cols) max_cols = c->n_ff;
-    s->be = ls_backend_cpu_create(n_threads, n_batch, max_cols, n_ctx);
+    s->hidden = malloc(sizeof(float) * (size_t)n_batch * (size_t)d);
+    if (!s->hidden) goto nomem;
+    s->be = ls_backend_cpu_create(n_threads, n_batch, ls_model_max_cols(m), n_ctx);
     if (!s->be) goto nomem;
     *out = s;
     return LS_OK;
@@ -97,6 +104,7 @@ void ls_session_free(ls_session *s) {
     if (s->kv)
         for (int i = 0; i < s->model->cfg.n_layer; i++) ls_kv_free(&s->kv[i]);
     free(s->kv);
+    free(s->hidden);
     ls_workspace_free(&s->ws);
     if (s->be) s->be->ops->free(s->be);
     free(s);
@@ -128,7 +136,7 @@ int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t log
     double t0 = ls_now_ms();
     int rc = ls_fwd_prepare(&g, s->n_batch, err, errlen);
     if (rc != LS_OK) return rc;
-    ls_gemma3_forward(s->be, &s->ws, &g, 1);
+    ls_gemma_forward(s->be, &s->ws, &g, 1);
     s->last_step_ms = ls_now_ms() - t0;
     return LS_OK;
 }
@@ -136,10 +144,11 @@ int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t log
 int ls_session_truncate(ls_session *s, int32_t pos) {
     if (pos < 0 || pos > s->pos) return LS_ERR_ARG;
     /* Check every layer first so a refused rollback changes nothing. */
-    for (int i = 0; i < s->model->cfg.n_layer; i++)
-        if (pos > 0 && pos < s->kv[i].first_pos) return LS_ERR;
-    for (int i = 0; i < s->model->cfg.n_layer; i++)
-        if (ls_kv_truncate(&s->kv[i], pos) != 0) return LS_ERR;
+    const ls_model *m = s->model;
+    for (int i = 0; i < m->cfg.n_layer; i++)
+        if (m->layers[i].kv_src == i && pos > 0 && pos < s->kv[i].first_pos) return LS_ERR;
+    for (int i = 0; i < m->cfg.n_layer; i++)
+        if (m->layers[i].kv_src == i && ls_kv_truncate(&s->kv[i], pos) != 0) return LS_ERR;
     s->pos = pos;
     return LS_OK;
 }
@@ -153,4 +162,27 @@ void ls_session_set_fault(ls_session *s, bool on, int32_t layer, ls_stage stage)
     s->fault_on = on;
     s->fault_layer = layer;
     s->fault_stage = stage;
+}
+
+const float *ls_session_hidden(const ls_session *s, int32_t row) {
+    if (!s->hidden || row < 0 || row >= s->n_hidden) return NULL;
+    return s->hidden + (int64_t)row * s->model->cfg.n_embd;
+}
+
+int32_t ls_session_n_hidden(const ls_session *s) {
+    return s->n_hidden;
+}
+
+int32_t ls_session_kv_source(const ls_session *s, bool sliding, const ls_kv_layer **kv, int32_t *n_kv,
+                             int32_t *head_dim) {
+    const ls_model *m = s->model;
+    for (int i = m->cfg.n_layer - 1; i >= 0; i--) {
+        const ls_layer *l = &m->layers[i];
+        if (l->kv_src != i || l->sliding != sliding) continue;
+        if (kv) *kv = &s->kv[i];
+        if (n_kv) *n_kv = l->n_kv;
+        if (head_dim) *head_dim = l->head_dim;
+        return i;
+    }
+    return -1;
 }

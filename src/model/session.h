@@ -41,6 +41,14 @@ typedef struct {
     float *gate;        /* [cap][n_ff] */
     float *up;          /* [cap][n_ff] */
     int32_t *positions; /* [cap] */
+    /* Per-layer embeddings (PLE models): inputs and token part [cap][n_layer * ple_dim],
+     * one layer's slice [cap][ple_dim]. */
+    float *ple, *ple_tok, *ple_tmp;
+    /* MoE (moe.c): router scores [cap][n_expert], the chosen experts' weights and ids
+     * [cap][n_expert_used], gathered expert inputs / outputs and the per-row sums
+     * [cap][n_embd], and the row list of one expert [cap]. */
+    float *moe_scores, *moe_w, *moe_in, *moe_out, *moe_acc;
+    int32_t *moe_idx, *moe_rows;
     /* Logits of a multi-segment step, copied out to each segment afterwards (one LM-head
      * matmul for every row of the step): [logit_cap][n_vocab]; 0 rows for a session's own. */
     float *logits;
@@ -48,6 +56,8 @@ typedef struct {
 } ls_workspace;
 
 uint64_t ls_workspace_bytes(const ls_model *m, int32_t rows, int32_t logit_rows);
+/* Widest matmul input of the model (what a backend's max_cols must cover). */
+int64_t ls_model_max_cols(const ls_model *m);
 int ls_workspace_init(ls_workspace *ws, const ls_model *m, int32_t rows, int32_t logit_rows);
 void ls_workspace_free(ls_workspace *ws);
 
@@ -57,8 +67,15 @@ struct ls_session {
     ls_model *model;
     ls_backend *be;
     int32_t n_ctx, n_batch, n_threads;
-    int32_t pos;     /* tokens in the cache */
-    ls_kv_layer *kv; /* [n_layer] */
+    int32_t pos; /* tokens in the cache */
+    /* [n_layer]; a KV-shared layer (layers[i].kv_src != i) has an empty cache of its own
+     * and reads kv[layers[i].kv_src]. Element type: kv[i].f32. */
+    ls_kv_layer *kv;
+    /* Final-normed hidden rows (the LM-head input, before the head and the softcap) of the
+     * rows of the last eval that produced logits: [n_batch][n_embd], n_hidden rows, row 0
+     * at absolute position hidden_pos0. See ls_session_hidden. */
+    float *hidden;
+    int32_t n_hidden, hidden_pos0;
     ls_workspace ws; /* n_batch rows */
     /* When attached, evals run inside the batcher's shared forward steps (batcher.c). */
     struct ls_batcher *batcher;
@@ -87,6 +104,25 @@ typedef struct {
     float *logits;
 } ls_fwd_seg;
 
+/* ---- For the Gemma 4 assistant drafter (speculative.md / gemma.md 5.4) ----
+ * Final-normed hidden row `row` of the last eval (or batcher step) of this session that
+ * produced logits: row 0 is the first logits row (position hidden_pos0 = the position of
+ * the token whose next-token logits it gave), up to ls_session_n_hidden rows. This is
+ * exactly the vector multiplied by the tied embedding to give those logits (before the
+ * final softcap). NULL if row is out of range. Overwritten by the next eval with logits;
+ * ls_session_truncate does not clear it. */
+const float *ls_session_hidden(const ls_session *s, int32_t row);
+int32_t ls_session_n_hidden(const ls_session *s);
+/* The KV cache a drafter reads for layer type `sliding`: the LAST non-shared layer of that
+ * type (gemma.md 5.4). Returns the layer index (or -1 if the model has none) and its cache
+ * in *kv: K after k_norm + RoPE, V after v_norm (Gemma 4), slot s = absolute position
+ * kv->first_pos + s, kv->n filled slots, kv->row = n_kv * head_dim floats (kv->f32) or f16
+ * values; heads and head dim in *n_kv / *head_dim, the window in kv->window (0 = full).
+ * The cache holds every row evaluated so far (after a verify, rejected rows too until
+ * ls_session_truncate). */
+int32_t ls_session_kv_source(const ls_session *s, bool sliding, const ls_kv_layer **kv, int32_t *n_kv,
+                             int32_t *head_dim);
+
 /* Internal controls used by the probe and its tests. */
 void ls_session_set_capture(ls_session *s, ls_capture_fn fn, void *ud);
 void ls_session_set_fault(ls_session *s, bool on, int32_t layer, ls_stage stage);
@@ -95,11 +131,17 @@ void ls_session_set_fault(ls_session *s, bool on, int32_t layer, ls_stage stage)
  * Returns LS_OK or an error code with a message; a failed segment changes nothing the
  * session's next eval depends on. */
 int ls_fwd_prepare(const ls_fwd_seg *g, int32_t max_rows, char *err, size_t errlen);
-/* The forward pass (gemma3_forward.c) over the segments of one step, rows concatenated in
+/* The forward pass (gemma_forward.c) over the segments of one step, rows concatenated in
  * `ws` (total rows <= ws->cap). Segments must be prepared. Every row's bits are those of a
  * forward of its segment alone (batch-invariant ops). More than one segment with logits
  * needs ws->logit_cap >= the total logit rows. */
+void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg);
+/* Former name (Gemma 3 only), kept for callers. */
 void ls_gemma3_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg);
+/* The MoE block of layer `layer` (moe.c) over n rows: reads the residual ws->x, adds
+ * post_norm_2(experts(...)) into out [n][n_embd]. Row-independent: each row's experts are
+ * summed in ascending expert order whatever the batch. */
+void ls_moe_forward(ls_backend *be, ls_workspace *ws, const ls_model *m, int layer, int32_t n, float *out);
 
 /* Batcher internals used by session.c / generate.c. */
 int ls_batcher_eval(struct ls_batcher *b, ls_fwd_seg *seg, char *err, size_t errlen);

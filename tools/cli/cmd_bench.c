@@ -73,7 +73,9 @@ int cmd_bench(int argc, char **argv) {
     uint64_t x = 0x2545F4914F6CDD1Dull;
     for (int32_t i = 0; i < n_pp; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        ids[i] = (int32_t)(x % (uint64_t)(nv - 1000)) + 1000;
+        /* skip the low (control) ids where the vocabulary is large enough to */
+        int32_t lo = nv > 2000 ? 1000 : 0;
+        ids[i] = (int32_t)(x % (uint64_t)(nv - lo)) + lo;
     }
     ids[0] = ls_token_bos(m);
     for (int r = 0; r < reps; r++) {

@@ -111,6 +111,12 @@ static void cpu_rope(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32
     }
 }
 
+static void cpu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
+                           const int32_t *pos, float theta_base, float freq_scale) {
+    (void)be;
+    ls_rope_pairs_ref(x, m, n_heads, hd, n_pairs, pos, theta_base, freq_scale);
+}
+
 /* ---- attention ------------------------------------------------------------------- */
 
 typedef struct {
@@ -205,6 +211,7 @@ static const ls_backend_ops cpu_ops = {
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .rope_pairs = cpu_rope_pairs,
     .attention = cpu_attention,
     .gelu_mul = cpu_gelu_mul,
     .add = cpu_add,

@@ -59,6 +59,12 @@ void ls_matmul(ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, c
 /* Gather rows of a (possibly quantized) table into floats: dst[i] = dequant(table row ids[i]). */
 void ls_get_rows(ls_type t, const void *table, int64_t row_elems, const int32_t *ids, int64_t n, float *dst);
 
+/* Scalar RoPE with a rotated-pairs count (rope.c): the reference and the CPU backend's
+ * rope_pairs op (backend.h documents the math). Angles come from the absolute position
+ * alone, in double, so a row rotates identically in any batch. */
+void ls_rope_pairs_ref(float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs, const int32_t *pos,
+                       float theta_base, float freq_scale);
+
 /* ---- Reference dequantizers (dequant.c), also reachable as ls_type_get(t)->dequantize_row.
  * n must be a multiple of the type's block. Each element is computed with the same float
  * expression as llama.cpp's dequantize_row_* (and the gguf Python package), so results

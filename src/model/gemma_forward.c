@@ -1,9 +1,16 @@
-/* Gemma 3 text forward pass over a block of n rows (prefill chunk, decode step or verify
- * block), per ../shared/specs/gemma.md: embedding * sqrt(d), then per layer
- *   x += post_attn_norm(attn(attn_norm(x)))   (q/k RMS-normed per head, NeoX RoPE:
- *                                               theta 10k on sliding layers, 1M on full)
- *   x += post_ffw_norm(down(gelu_tanh(gate(h)) * up(h))), h = ffn_norm(x)
- * then output_norm and the tied LM head. GGUF norm weights already include the +1.
+/* Gemma 3 / Gemma 4 text forward pass over a block of rows (prefill chunk, decode step or
+ * verify block), per ../shared/specs/gemma.md 3: embedding * embd_scale (+ PLE inputs),
+ * then per layer
+ *   x += post_attn_norm(attn(attn_norm(x)))     q/k RMS-normed per head (v too on Gemma 4),
+ *                                               NeoX RoPE with per-layer rotated pairs
+ *   x += post_ffw_norm(mlp(ffn_norm(x)) [+ MoE]) gelu_tanh MLP; Gemma 4 MoE next to it
+ *   x += post_ple_norm(proj(gelu(gate x) * ple))  (PLE models)
+ *   x *= layer_scalar                            (Gemma 4)
+ * then the output norm, the tied LM head and the optional final softcap. Gemma 3 is the
+ * special case with no value norm, scalar, PLE, MoE or softcap (its 1 + w norms are
+ * folded in at load). KV-shared layers compute only Q and attend over their source
+ * layer's cache, which already holds this step's rows (the source comes earlier).
+ *
  * Every op is row-independent (backend.h), so row r's bits do not depend on n, nor on the
  * other segments of a step: the rows of several sessions run through every matmul
  * together (one read of the weights for all of them), and only KV writes and attention
@@ -18,8 +25,13 @@
 
 static void store_kv(ls_kv_layer *c, const float *k, const float *v, int32_t pos0, int32_t n) {
     for (int32_t r = 0; r < n; r++) {
-        uint16_t *kd = ls_kv_k(c, pos0 + r), *vd = ls_kv_v(c, pos0 + r);
         const float *ks = k + (int64_t)r * c->row, *vs = v + (int64_t)r * c->row;
+        if (c->f32) {
+            memcpy(ls_kv_k(c, pos0 + r), ks, sizeof(float) * (size_t)c->row);
+            memcpy(ls_kv_v(c, pos0 + r), vs, sizeof(float) * (size_t)c->row);
+            continue;
+        }
+        uint16_t *kd = ls_kv_k(c, pos0 + r), *vd = ls_kv_v(c, pos0 + r);
         for (int32_t i = 0; i < c->row; i++) {
             kd[i] = ls_f32_to_f16(ks[i]);
             vd[i] = ls_f32_to_f16(vs[i]);
@@ -58,7 +70,8 @@ static void stage_done(ls_fwd_seg *segs, int nseg, const int32_t *off, int32_t l
 
 int ls_fwd_prepare(const ls_fwd_seg *g, int32_t max_rows, char *err, size_t errlen) {
     ls_session *s = g->s;
-    const ls_config *cfg = &s->model->cfg;
+    const ls_model *m = s->model;
+    const ls_config *cfg = &m->cfg;
     int32_t n = g->n;
     if (n <= 0 || n > s->n_batch || n > max_rows) {
         snprintf(err, errlen, "eval: %d rows (must be 1..%d)", n, s->n_batch < max_rows ? s->n_batch : max_rows);
@@ -75,6 +88,7 @@ int ls_fwd_prepare(const ls_fwd_seg *g, int32_t max_rows, char *err, size_t errl
         }
     }
     for (int i = 0; i < cfg->n_layer; i++) {
+        if (m->layers[i].kv_src != i) continue; /* shared: no cache of its own */
         if (ls_kv_reserve(&s->kv[i], n) != 0) {
             snprintf(err, errlen, "eval: KV cache of layer %d cannot take %d rows", i, n);
             return LS_ERR_CONTEXT;
@@ -89,27 +103,37 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
     const ls_config *cfg = &m->cfg;
     const ls_layer *l = &m->layers[layer];
     const ls_backend_ops *op = be->ops;
-    int32_t hd = cfg->head_dim, nh = cfg->n_head, nkv = cfg->n_head_kv;
+    int32_t hd = l->head_dim, nh = cfg->n_head, nkv = l->n_kv;
     int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
-    float base = l->sliding ? cfg->rope_base_sliding : cfg->rope_base_full;
+    bool own_kv = l->kv_src == layer;
 
     op->matmul(be, &l->wq, ws->xn, n, ws->q);
-    op->matmul(be, &l->wk, ws->xn, n, ws->k);
-    op->matmul(be, &l->wv, ws->xn, n, ws->v);
     op->rmsnorm(be, ws->q, l->q_norm, (int64_t)n * nh, hd, cfg->eps);
-    op->rmsnorm(be, ws->k, l->k_norm, (int64_t)n * nkv, hd, cfg->eps);
-    op->rope(be, ws->q, n, nh, hd, hd, ws->positions, base);
-    op->rope(be, ws->k, n, nkv, hd, hd, ws->positions, base);
+    op->rope_pairs(be, ws->q, n, nh, hd, l->rope_pairs, ws->positions, l->rope_base, l->rope_freq_scale);
+    if (own_kv) {
+        op->matmul(be, &l->wk, ws->xn, n, ws->k);
+        /* k_eq_v: V is the raw K projection (before k_norm and RoPE) */
+        if (l->k_eq_v)
+            memcpy(ws->v, ws->k, sizeof(float) * (size_t)(n * kvd));
+        else
+            op->matmul(be, &l->wv, ws->xn, n, ws->v);
+        op->rmsnorm(be, ws->k, l->k_norm, (int64_t)n * nkv, hd, cfg->eps);
+        op->rope_pairs(be, ws->k, n, nkv, hd, l->rope_pairs, ws->positions, l->rope_base, l->rope_freq_scale);
+        if (l->v_norm) op->rmsnorm(be, ws->v, NULL, (int64_t)n * nkv, hd, cfg->eps);
+    }
     for (int j = 0; j < nseg; j++) {
         ls_session *s = segs[j].s;
-        ls_kv_layer *c = &s->kv[layer];
-        store_kv(c, ws->k + off[j] * kvd, ws->v + off[j] * kvd, s->pos, segs[j].n);
-        ls_kv_commit(c, s->pos + segs[j].n);
+        ls_kv_layer *c = &s->kv[l->kv_src];
+        if (own_kv) {
+            store_kv(c, ws->k + off[j] * kvd, ws->v + off[j] * kvd, s->pos, segs[j].n);
+            ls_kv_commit(c, s->pos + segs[j].n);
+        }
         ls_attn_args a = {
             .q = ws->q + off[j] * qd,
             .out = ws->att + off[j] * qd,
             .k = c->k,
             .v = c->v,
+            .kv_f32 = c->f32,
             .m = segs[j].n,
             .n_head = nh,
             .n_kv = nkv,
@@ -125,8 +149,47 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
     op->matmul(be, &l->wo, ws->att, n, ws->tmp);
 }
 
+/* PLE inputs of every row (gemma.md 3.1), from the scaled embeddings in ws->x:
+ * ple = (RMSNorm_w(W_plmp h0 * H^-0.5) per layer + E_ple[token] * sqrt(P)) * 2^-0.5. */
+static void ple_inputs(ls_backend *be, ls_workspace *ws, const ls_model *m, ls_fwd_seg *segs, int nseg, int32_t n) {
+    const ls_config *cfg = &m->cfg;
+    const ls_backend_ops *op = be->ops;
+    int64_t lp = (int64_t)cfg->n_layer * cfg->ple_dim;
+    float proj_scale = 1.0f / sqrtf((float)cfg->n_embd), tok_scale = sqrtf((float)cfg->ple_dim);
+    float mix = (float)(1.0 / sqrt(2.0));
+    op->matmul(be, &m->ple_model_proj, ws->x, n, ws->ple);
+    for (int64_t i = 0; i < n * lp; i++) ws->ple[i] *= proj_scale;
+    op->rmsnorm(be, ws->ple, m->ple_proj_norm, (int64_t)n * cfg->n_layer, cfg->ple_dim, cfg->eps);
+    int32_t at = 0;
+    for (int j = 0; j < nseg; j++) {
+        op->get_rows(be, &m->ple_embd, segs[j].tokens, segs[j].n, ws->ple_tok + (int64_t)at * lp);
+        at += segs[j].n;
+    }
+    for (int64_t i = 0; i < n * lp; i++) ws->ple[i] = (ws->ple[i] + ws->ple_tok[i] * tok_scale) * mix;
+}
+
+/* PLE block of one layer: x += post_norm(proj(gelu_tanh(gate x) * ple[layer])). */
+static void ple_block(ls_backend *be, ls_workspace *ws, const ls_model *m, int layer, int32_t n) {
+    const ls_config *cfg = &m->cfg;
+    const ls_layer *l = &m->layers[layer];
+    const ls_backend_ops *op = be->ops;
+    int64_t p = cfg->ple_dim, lp = (int64_t)cfg->n_layer * p, d = cfg->n_embd;
+    op->matmul(be, &l->ple_gate, ws->x, n, ws->gate);
+    for (int32_t r = 0; r < n; r++)
+        memcpy(ws->ple_tmp + r * p, ws->ple + r * lp + layer * p, sizeof(float) * (size_t)p);
+    op->gelu_mul(be, ws->gate, ws->ple_tmp, (int64_t)n * p);
+    op->matmul(be, &l->ple_proj, ws->gate, n, ws->tmp);
+    op->rmsnorm(be, ws->tmp, l->ple_post_norm, n, d, cfg->eps);
+    op->add(be, ws->x, ws->tmp, n * d);
+}
+
+static void softcap(float *x, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i] / cap) * cap;
+}
+
 /* Final norm and the tied LM head over the rows that want logits, gathered so one matmul
- * serves every segment; a single segment writes straight into its own buffer. */
+ * serves every segment; a single segment writes straight into its own buffer. The normed
+ * rows are kept per session (ls_session_hidden). */
 static void lm_head(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, const int32_t *off) {
     const ls_model *m = segs[0].s->model;
     const ls_config *cfg = &m->cfg;
@@ -141,6 +204,11 @@ static void lm_head(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg
         op->rmsnorm(be, h, m->output_norm, rows, d, cfg->eps);
         if (g->s->fault_on || g->s->capture)
             stage_done_seg(g->s, -1, LS_STAGE_FINAL_NORM, h, rows, d, g->s->pos + from);
+        if (g->s->hidden) {
+            memcpy(g->s->hidden, h, sizeof(float) * (size_t)(rows * d));
+            g->s->n_hidden = rows;
+            g->s->hidden_pos0 = g->s->pos + from;
+        }
         memmove(ws->xn + (int64_t)nl * d, h, sizeof(float) * (size_t)(rows * d));
         nl += rows;
     }
@@ -151,12 +219,14 @@ static void lm_head(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg
     if (with == 1) {
         ls_fwd_seg *g = &segs[only];
         op->matmul(be, &m->tok_embd, ws->xn, nl, g->logits);
+        if (cfg->final_softcap > 0) softcap(g->logits, (int64_t)nl * nv, cfg->final_softcap);
         if (g->s->fault_on || g->s->capture)
             stage_done_seg(g->s, -1, LS_STAGE_LM_HEAD, g->logits, nl, nv, g->s->pos + g->n - nl);
         return;
     }
     LS_ASSERT(nl <= ws->logit_cap);
     op->matmul(be, &m->tok_embd, ws->xn, nl, ws->logits);
+    if (cfg->final_softcap > 0) softcap(ws->logits, (int64_t)nl * nv, cfg->final_softcap);
     int32_t at = 0;
     for (int j = 0; j < nseg; j++) {
         ls_fwd_seg *g = &segs[j];
@@ -169,7 +239,7 @@ static void lm_head(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg
     }
 }
 
-void ls_gemma3_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg) {
+void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg) {
     const ls_model *m = segs[0].s->model;
     const ls_config *cfg = &m->cfg;
     const ls_backend_ops *op = be->ops;
@@ -184,6 +254,7 @@ void ls_gemma3_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int n
     }
     LS_ASSERT(n <= ws->cap);
     for (int64_t i = 0; i < n * d; i++) ws->x[i] *= cfg->embd_scale;
+    if (cfg->ple_dim > 0) ple_inputs(be, ws, m, segs, nseg, n);
 
     for (int i = 0; i < cfg->n_layer; i++) {
         const ls_layer *l = &m->layers[i];
@@ -198,13 +269,25 @@ void ls_gemma3_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int n
         op->rmsnorm(be, ws->xn, l->ffn_norm, n, d, cfg->eps);
         op->matmul(be, &l->w_gate, ws->xn, n, ws->gate);
         op->matmul(be, &l->w_up, ws->xn, n, ws->up);
-        op->gelu_mul(be, ws->gate, ws->up, (int64_t)n * cfg->n_ff);
+        op->gelu_mul(be, ws->gate, ws->up, (int64_t)n * l->n_ff);
         op->matmul(be, &l->w_down, ws->gate, n, ws->tmp);
+        if (l->moe) {
+            /* m = post_norm_1(mlp) + post_norm_2(experts); both read the residual x */
+            op->rmsnorm(be, ws->tmp, l->moe->post_norm_1, n, d, cfg->eps);
+            ls_moe_forward(be, ws, m, i, n, ws->tmp);
+        }
         stage_done(segs, nseg, off, i, LS_STAGE_MLP, ws->tmp, d);
         op->rmsnorm(be, ws->tmp, l->post_ffw_norm, n, d, cfg->eps);
         op->add(be, ws->x, ws->tmp, n * d);
+        if (cfg->ple_dim > 0) ple_block(be, ws, m, i, n);
+        if (l->layer_scalar != 1.0f)
+            for (int64_t k = 0; k < n * d; k++) ws->x[k] *= l->layer_scalar;
         stage_done(segs, nseg, off, i, LS_STAGE_LAYER_OUTPUT, ws->x, d);
     }
     lm_head(be, ws, segs, nseg, off);
     for (int j = 0; j < nseg; j++) segs[j].s->pos += segs[j].n;
+}
+
+void ls_gemma3_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg) {
+    ls_gemma_forward(be, ws, segs, nseg);
 }

@@ -1,0 +1,171 @@
+/* Gemma 4 assistant drafter (gemma.md 5.4-5.6). It keeps no state between rounds: each
+ * propose reads, from the target session,
+ *   - hprev: the target's final-normed hidden row at position P-1 (ls_session_hidden; the
+ *     last eval with logits covered it: the prefill's last row, or row `accepted` of the
+ *     verify block), P = n-1 being the bonus token's position;
+ *   - K/V: the caches of the target's last non-shared sliding and full layers
+ *     (ls_session_kv_source), of which the drafter reads positions < P only (rejected rows
+ *     beyond are never seen);
+ *   - token embeddings: the target's table times its embedding scale.
+ * Step 1 feeds (bonus, hprev), step k feeds (d_{k-1}, hnext_{k-1}), all at position P. Each
+ * draft is chosen with the target's sampler at its absolute position (greedy when asked),
+ * like the draft-model drafter. Anything unusable (no hidden row for P-1, a cache not
+ * covering the window) makes it propose nothing rather than fail the generation. */
+#include "decode/drafter_assistant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/drafter.h"
+#include "model/assistant.h"
+#include "model/model.h"
+#include "model/session.h"
+
+typedef struct {
+    ls_assistant *a;
+    ls_backend *be;
+    const ls_model *target;
+    int32_t vocab, bb, n_ctx;
+    float *emb, *h, *logits; /* [bb], [bb], [vocab] */
+    int32_t *hist;           /* [n_ctx] history + drafts, for the sampler's penalties */
+} asst_impl;
+
+static void kv_view(const ls_kv_layer *c, int32_t n_kv, int32_t hd, ls_asst_kv *v) {
+    v->k = c->k;
+    v->v = c->v;
+    v->f32 = c->f32;
+    v->n_kv = n_kv;
+    v->head_dim = hd;
+    v->first_pos = c->first_pos;
+    v->n_slots = c->n;
+}
+
+static int32_t asst_propose(ls_drafter *d, ls_session *target, const int32_t *hist, int32_t n, int32_t max,
+                            const ls_sampling *sp, bool greedy, int32_t *out) {
+    asst_impl *ai = d->impl;
+    int32_t P = n - 1;
+    if (max <= 0 || P < 1 || n > ai->n_ctx || target->model != ai->target) return 0;
+    if (n + max > ai->n_ctx) max = ai->n_ctx - n;
+    if (max <= 0) return 0;
+    /* hprev = the target's final-normed hidden state at P-1 */
+    const float *hprev = ls_session_hidden(target, (P - 1) - target->hidden_pos0);
+    if (!hprev || ls_session_pos(target) < P) return 0;
+    const ls_kv_layer *cs = NULL, *cf = NULL;
+    int32_t nkv_s = 0, hd_s = 0, nkv_f = 0, hd_f = 0;
+    ls_asst_kv vs = {0}, vf = {0};
+    if (ls_session_kv_source(target, true, &cs, &nkv_s, &hd_s) >= 0) kv_view(cs, nkv_s, hd_s, &vs);
+    if (ls_session_kv_source(target, false, &cf, &nkv_f, &hd_f) >= 0) kv_view(cf, nkv_f, hd_f, &vf);
+    ls_sampling g = *sp;
+    if (greedy) g.temperature = 0;
+    memcpy(ai->hist, hist, sizeof(int32_t) * (size_t)n);
+    memcpy(ai->h, hprev, sizeof(float) * (size_t)ai->bb);
+    const ls_weight *E = &ai->target->tok_embd;
+    float scale = ai->target->cfg.embd_scale;
+    int32_t tok = hist[n - 1], cnt = 0;
+    while (cnt < max) {
+        ai->be->ops->get_rows(ai->be, E, &tok, 1, ai->emb);
+        for (int32_t i = 0; i < ai->bb; i++) ai->emb[i] *= scale;
+        /* hprev (ai->h) is consumed first, so hnext may overwrite it */
+        if (ls_assistant_step(ai->a, ai->be, ai->emb, ai->h, P, cs ? &vs : NULL, cf ? &vf : NULL, ai->logits, ai->h) !=
+            0)
+            break;
+        int32_t pos = n + cnt;
+        tok = ls_sample(&g, ai->logits, ai->vocab, ai->hist, pos);
+        if (tok < 0 || tok >= ai->vocab) break;
+        out[cnt++] = tok;
+        ai->hist[pos] = tok;
+    }
+    return cnt;
+}
+
+static void asst_rollback(ls_drafter *d, int32_t n) {
+    (void)d; /* no state of its own: everything is read from the target per round */
+    (void)n;
+}
+
+static void asst_free(ls_drafter *d) {
+    if (!d) return;
+    asst_impl *ai = d->impl;
+    if (ai) {
+        ls_assistant_free(ai->a);
+        if (ai->be) ai->be->ops->free(ai->be);
+        free(ai->emb);
+        free(ai->h);
+        free(ai->logits);
+        free(ai->hist);
+        free(ai);
+    }
+    free(d);
+}
+
+static const ls_drafter_ops asst_ops = {
+    .name = "assistant", .propose = asst_propose, .rollback = asst_rollback, .free = asst_free};
+
+/* The geometry the drafter reads: the target's last non-shared layer of each type. */
+static void target_geom(const ls_model *m, ls_asst_target_geom *g) {
+    memset(g, 0, sizeof *g);
+    g->hidden = m->cfg.n_embd;
+    g->vocab = m->cfg.n_vocab;
+    g->sliding_window = m->cfg.sliding_window;
+    for (int32_t i = 0; i < m->cfg.n_layer; i++) {
+        const ls_layer *l = &m->layers[i];
+        if (l->kv_src != i) continue;
+        if (l->sliding) {
+            g->head_dim_sliding = l->head_dim;
+            g->kv_heads_sliding = l->n_kv;
+        } else {
+            g->head_dim_full = l->head_dim;
+            g->kv_heads_full = l->n_kv;
+        }
+    }
+}
+
+int ls_drafter_assistant_create(const char *dir, const ls_model *target, int32_t n_ctx, int32_t n_threads,
+                                ls_drafter **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (target->cfg.family != LS_FAMILY_GEMMA4) {
+        snprintf(err, errlen, "the Gemma 4 assistant drafts only for Gemma 4 targets (target '%s' is not)",
+                 target->name);
+        return LS_ERR_ARG;
+    }
+    if (n_ctx <= 0) n_ctx = target->cfg.n_ctx_train;
+    ls_drafter *d = calloc(1, sizeof *d);
+    asst_impl *ai = calloc(1, sizeof *ai);
+    if (!d || !ai) {
+        free(d);
+        free(ai);
+        snprintf(err, errlen, "out of memory creating the assistant drafter");
+        return LS_ERR_NOMEM;
+    }
+    d->ops = &asst_ops;
+    d->impl = ai;
+    ai->target = target;
+    ai->n_ctx = n_ctx;
+    if (ls_assistant_load(dir, &ai->a, err, errlen) != 0) {
+        asst_free(d);
+        return LS_ERR_ARG;
+    }
+    ls_asst_target_geom g;
+    target_geom(target, &g);
+    if (ls_assistant_check_target(ai->a, &g, err, errlen) != 0) {
+        asst_free(d);
+        return LS_ERR_ARG;
+    }
+    ls_assistant_info inf;
+    ls_assistant_get_info(ai->a, &inf);
+    ai->vocab = inf.vocab;
+    ai->bb = inf.backbone;
+    ai->be = ls_backend_cpu_create(n_threads > 0 ? n_threads : 1, 1, ls_assistant_max_cols(ai->a), n_ctx);
+    ai->emb = malloc(sizeof(float) * (size_t)ai->bb);
+    ai->h = malloc(sizeof(float) * (size_t)ai->bb);
+    ai->logits = malloc(sizeof(float) * (size_t)ai->vocab);
+    ai->hist = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    if (!ai->be || !ai->emb || !ai->h || !ai->logits || !ai->hist) {
+        asst_free(d);
+        snprintf(err, errlen, "out of memory creating the assistant drafter");
+        return LS_ERR_NOMEM;
+    }
+    *out = d;
+    return LS_OK;
+}
