@@ -165,6 +165,16 @@ enum { LS_NGRAM_DEFAULT_MIN = 1, LS_NGRAM_DEFAULT_MAX = 6 };
  * step with the target's. Refuses a vocabulary mismatch. n_threads 0 = all cores. */
 int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_ctx, int32_t n_threads, ls_drafter **out,
                             char *err, size_t errlen);
+/* The Gemma 4 assistant (MTP) drafter: a gemma4_assistant checkpoint directory that drafts
+ * from the target's own state (its last final-normed hidden row and the K/V of its last
+ * sliding and full layers), all K-1 drafts at the bonus token's position. Checked against the
+ * target (a Gemma 4 model): backbone = hidden size, vocabulary, head dims and KV heads per
+ * layer type, sliding window; a mismatch is a clear error. n_threads 0 = 1. */
+int ls_drafter_assistant_create(const char *dir, const ls_model *target, int32_t n_ctx, int32_t n_threads,
+                                ls_drafter **out, char *err, size_t errlen);
+/* True when path is a checkpoint directory whose config.json says gemma4_assistant (how
+ * --model-draft picks the drafter kind by itself). */
+bool ls_is_assistant_checkpoint(const char *path);
 void ls_drafter_free(ls_drafter *d);
 const char *ls_drafter_name(const ls_drafter *d);
 

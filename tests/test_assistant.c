@@ -41,7 +41,7 @@
 
 #include "core/f16.h"
 #include "decode/drafter.h"
-#include "decode/drafter_assistant.h"
+#include "lockstep.h"
 #include "format/hf_config.h"
 #include "format/safetensors.h"
 #include "kernels/backend.h"

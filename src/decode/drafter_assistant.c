@@ -11,13 +11,14 @@
  * draft is chosen with the target's sampler at its absolute position (greedy when asked),
  * like the draft-model drafter. Anything unusable (no hidden row for P-1, a cache not
  * covering the window) makes it propose nothing rather than fail the generation. */
-#include "decode/drafter_assistant.h"
+#include "lockstep.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "decode/drafter.h"
+#include "format/hf_config.h"
 #include "model/assistant.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -168,4 +169,13 @@ int ls_drafter_assistant_create(const char *dir, const ls_model *target, int32_t
     }
     *out = d;
     return LS_OK;
+}
+
+bool ls_is_assistant_checkpoint(const char *path) {
+    ls_hf_config cfg;
+    char err[256];
+    if (ls_hf_config_load(path, &cfg, err, sizeof err) != 0) return false;
+    bool yes = cfg.arch == LS_ARCH_GEMMA4_ASSISTANT;
+    ls_hf_config_free(&cfg);
+    return yes;
 }

@@ -22,6 +22,15 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 const char *cli_default_model_path(void);
 /* Opens the model (-m or the default); prints a clear error and returns NULL on failure. */
 ls_model *cli_open_model(const char *path);
+/* --draft KIND / --model-draft PATH, validated: KIND ngram, model or assistant; a PATH whose
+ * config.json says gemma4_assistant makes the kind "assistant" whatever was given, a PATH
+ * alone means "model". Returns the resolved kind (NULL = no drafter) and sets *ok = false
+ * with a message on a usage error. */
+const char *cli_resolve_draft(const char *kind, const char *path, bool *ok);
+/* Creates the drafter for a resolved kind (opening the draft model into *dm for "model").
+ * NULL + message on failure. */
+ls_drafter *cli_make_drafter(const char *kind, const char *path, ls_model *target, int32_t n_ctx, int32_t n_threads,
+                             int32_t ng_min, int32_t ng_max, ls_model **dm);
 /* Reads -p or -f into a malloc'ed string (NUL-terminated, *len set). NULL + message on error. */
 char *cli_read_prompt(const cli_common *c, size_t *len);
 /* Parses an integer / float option value; prints an error naming the flag on failure. */

@@ -33,6 +33,48 @@ ls_model *cli_open_model(const char *path) {
     return m;
 }
 
+const char *cli_resolve_draft(const char *kind, const char *path, bool *ok) {
+    *ok = true;
+    if (kind && strcmp(kind, "ngram") && strcmp(kind, "model") && strcmp(kind, "assistant")) {
+        fprintf(stderr, "lockstep: --draft must be ngram, model or assistant, got '%s'\n", kind);
+        *ok = false;
+        return NULL;
+    }
+    if (kind && strcmp(kind, "ngram") && !path) {
+        fprintf(stderr, "lockstep: --draft %s needs --model-draft PATH\n", kind);
+        *ok = false;
+        return NULL;
+    }
+    if (path && kind && !strcmp(kind, "ngram")) {
+        fprintf(stderr, "lockstep: --model-draft does not go with --draft ngram\n");
+        *ok = false;
+        return NULL;
+    }
+    if (path && ls_is_assistant_checkpoint(path)) return "assistant";
+    if (path && !kind) return "model";
+    return kind;
+}
+
+ls_drafter *cli_make_drafter(const char *kind, const char *path, ls_model *target, int32_t n_ctx, int32_t n_threads,
+                             int32_t ng_min, int32_t ng_max, ls_model **dm) {
+    char err[512];
+    ls_drafter *d = NULL;
+    *dm = NULL;
+    if (!kind) return NULL;
+    if (!strcmp(kind, "ngram")) {
+        if (ls_drafter_ngram_create(ng_min, ng_max, &d, err, sizeof err) != LS_OK)
+            fprintf(stderr, "lockstep: %s\n", err);
+    } else if (!strcmp(kind, "assistant")) {
+        if (ls_drafter_assistant_create(path, target, n_ctx, n_threads, &d, err, sizeof err) != LS_OK)
+            fprintf(stderr, "lockstep: assistant drafter '%s': %s\n", path, err);
+    } else {
+        if (!(*dm = cli_open_model(path))) return NULL;
+        if (ls_drafter_model_create(*dm, target, n_ctx, n_threads, &d, err, sizeof err) != LS_OK)
+            fprintf(stderr, "lockstep: draft model: %s\n", err);
+    }
+    return d;
+}
+
 char *cli_read_prompt(const cli_common *c, size_t *len) {
     if (c->prompt) {
         *len = strlen(c->prompt);

@@ -17,9 +17,11 @@ static void run_usage(FILE *f) {
                "                    [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N]\n"
                "                    [--frequency-penalty F] [--presence-penalty P] [--seed S] [-t N] [-c N]\n"
                "                    [-b N] [--ignore-eos] [--stats]\n"
-               "                    [--draft ngram|model] [--model-draft PATH] [--draft-block-size K]\n"
+               "                    [--draft ngram|model|assistant] [--model-draft PATH] [--draft-block-size K]\n"
                "                    [--draft-ngram-min N] [--draft-ngram-max N] [--spec-sampling exact|rejection]\n"
                "                    [--no-adaptive] [--allow-inexact] [--trace]\n"
+               "  -m and --model-draft take a GGUF file or a Hugging Face / MLX checkpoint directory; a\n"
+               "  gemma4_assistant directory as --model-draft selects the assistant drafter by itself.\n"
                "  Without -p/-f a default story prompt is used.\n"
                "  Defaults: -n 256, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, seed random.\n"
                "  Speculative decoding (--draft) gives byte-identical output to plain decoding with the same\n"
@@ -157,15 +159,9 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "lockstep: give -p or -f, not both\n");
         return CLI_USAGE;
     }
-    if (draft_kind && strcmp(draft_kind, "ngram") != 0 && strcmp(draft_kind, "model") != 0) {
-        fprintf(stderr, "lockstep: --draft must be ngram or model, got '%s'\n", draft_kind);
-        return CLI_USAGE;
-    }
-    if (draft_kind && !strcmp(draft_kind, "model") && !draft_path) {
-        fprintf(stderr, "lockstep: --draft model needs --model-draft PATH\n");
-        return CLI_USAGE;
-    }
-    if (draft_path && !draft_kind) draft_kind = "model";
+    bool draft_ok;
+    draft_kind = cli_resolve_draft(draft_kind, draft_path, &draft_ok);
+    if (!draft_ok) return CLI_USAGE;
     if (ng_min > ng_max) {
         fprintf(stderr, "lockstep: --draft-ngram-min must not exceed --draft-ngram-max\n");
         return CLI_USAGE;
@@ -216,18 +212,9 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "lockstep: %s\n", err);
         goto done;
     }
-    if (draft_kind && !strcmp(draft_kind, "ngram")) {
-        if (ls_drafter_ngram_create(ng_min, ng_max, &drafter, err, sizeof err) != LS_OK) {
-            fprintf(stderr, "lockstep: %s\n", err);
-            goto done;
-        }
-    } else if (draft_kind) {
-        if (!(dm = cli_open_model(draft_path))) goto done;
-        if (ls_drafter_model_create(dm, m, ls_session_n_ctx(s), c.n_threads, &drafter, err, sizeof err) != LS_OK) {
-            fprintf(stderr, "lockstep: draft model: %s\n", err);
-            goto done;
-        }
-    }
+    if (draft_kind &&
+        !(drafter = cli_make_drafter(draft_kind, draft_path, m, ls_session_n_ctx(s), c.n_threads, ng_min, ng_max, &dm)))
+        goto done;
     gp.drafter = drafter;
     ls_gen_stats st;
     if (ls_generate(s, ids, n_ids, &gp, write_out, NULL, &st, err, sizeof err) != LS_OK) {

@@ -14,7 +14,7 @@
 
 static void serve_usage(FILE *f) {
     fprintf(f, "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N] [-b N]\n"
-               "                      [--api-key KEY] [--draft ngram|model] [--model-draft PATH]\n"
+               "                      [--api-key KEY] [--draft ngram|model|assistant] [--model-draft PATH]\n"
                "                      [--draft-block-size K] [--allow-inexact] [--timeout S] [--alias NAME]\n"
                "  Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
                "             GET /v1/models, /health, /metrics.\n"
@@ -100,15 +100,9 @@ int cmd_serve(int argc, char **argv) {
         serve_usage(stderr);
         return CLI_USAGE;
     }
-    if (cfg->draft_kind && strcmp(cfg->draft_kind, "ngram") != 0 && strcmp(cfg->draft_kind, "model") != 0) {
-        fprintf(stderr, "lockstep: --draft must be ngram or model, got '%s'\n", cfg->draft_kind);
-        return CLI_USAGE;
-    }
-    if (cfg->draft_kind && !strcmp(cfg->draft_kind, "model") && !cfg->draft_path) {
-        fprintf(stderr, "lockstep: --draft model needs --model-draft PATH\n");
-        return CLI_USAGE;
-    }
-    if (cfg->draft_path && !cfg->draft_kind) cfg->draft_kind = "model";
+    bool draft_ok;
+    cfg->draft_kind = cli_resolve_draft(cfg->draft_kind, cfg->draft_path, &draft_ok);
+    if (!draft_ok) return CLI_USAGE;
     if (cfg->api_key && !*cfg->api_key) {
         fprintf(stderr, "lockstep: --api-key must not be empty\n");
         return CLI_USAGE;

@@ -389,6 +389,12 @@ int srv_slots_start(srv_server *s, char *err, size_t errlen) {
                 snprintf(err, errlen, "drafter: %s", e);
                 return -1;
             }
+        } else if (s->cfg.draft_kind && !strcmp(s->cfg.draft_kind, "assistant")) {
+            if (ls_drafter_assistant_create(s->cfg.draft_path, s->model, s->n_ctx, 1, &sl->drafter, e, sizeof e) !=
+                LS_OK) {
+                snprintf(err, errlen, "assistant drafter '%s': %s", s->cfg.draft_path, e);
+                return -1;
+            }
         } else if (s->cfg.draft_kind) {
             if (ls_drafter_model_create(s->draft_model, s->model, s->n_ctx, s->cfg.n_threads, &sl->drafter, e,
                                         sizeof e) != LS_OK) {
