@@ -295,6 +295,41 @@ def test_decode_steps_batched_across_slots():
     assert segs / steps > 1.5, (steps, segs)
 
 
+def test_long_prompt_does_not_stall_other_streams():
+    """While one request prefills a long prompt (in -b chunks), a stream already running keeps
+    getting tokens: its longest gap stays far below the whole prefill's time."""
+    wait_idle(URL)
+    prompt = (STORY + " ") * 150
+    while len(post("/tokenize", {"content": prompt})[2]["tokens"]) > CTX - 64:
+        prompt = prompt[: len(prompt) * 3 // 4]
+    t0 = time.time()
+    st, _, o = post("/v1/completions", {"prompt": "Alone: " + prompt, "max_tokens": 1, "temperature": 0})
+    full = time.time() - t0
+    assert st == 200 and o["usage"]["prompt_tokens"] >= 1000
+    s, buf = _open_stream(URL, {"prompt": STORY, "max_tokens": 400, "stream": True, "temperature": 0,
+                                "ignore_eos": True})
+    stamps = []
+    long_done = threading.Event()
+
+    def long_request():
+        post("/v1/completions", {"prompt": "Meanwhile: " + prompt, "max_tokens": 1, "temperature": 0})
+        long_done.set()
+
+    th = threading.Thread(target=long_request)
+    th.start()
+    s.settimeout(30)
+    while not long_done.is_set():
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        stamps.append(time.time())
+    th.join()
+    s.close()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert len(stamps) > 5, stamps
+    assert max(gaps) < full / 3, (max(gaps), full)
+
+
 @pytest.fixture(scope="module")
 def single_slot_server():
     s = Server("--parallel", "1")
