@@ -98,7 +98,7 @@ int cmd_bench(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     printf("backend=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f decode_tokens=%d decode_tok_s=%.2f "
            "reps=%d peak_rss_mib=%.1f\n",
-           ls_backend_name(), c.n_threads ? c.n_threads : 0, n_pp, pp[reps / 2], n_tg, tg[reps / 2], reps,
+           ls_backend_name(), ls_session_n_threads(s), n_pp, pp[reps / 2], n_tg, tg[reps / 2], reps,
            ru.ru_maxrss / 1024.0);
     rc = CLI_OK;
     goto done;
