@@ -258,6 +258,12 @@ static void test_bad_segment_fails_alone(void **state) {
     ls_session_free(big);
     ls_session_free(s);
     ls_batcher_free(b);
+    /* only max_rows given, below the default logits budget: the budget follows it */
+    bp = ls_batcher_default_params();
+    bp.max_rows = 32;
+    bp.n_ctx = 512;
+    assert_int_equal(ls_batcher_create(g_model, &bp, &b, err, sizeof err), LS_OK);
+    ls_batcher_free(b);
 }
 
 int main(void) {

@@ -100,6 +100,9 @@ static void test_rollback_past_compaction_refused(void **st) {
     /* A position the cache still holds, but whose window reaches before first_pos: the next
      * row would need dropped keys (prefix reuse asks for such resumes). */
     int32_t fp = c.first_pos, end = ls_kv_end(&c);
+    assert_false(ls_kv_can_truncate(&c, fp + 1));
+    assert_true(ls_kv_can_truncate(&c, fp + 8 - 1));
+    assert_true(ls_kv_can_truncate(&c, 0));
     assert_int_equal(ls_kv_truncate(&c, fp + 1), -1);
     assert_int_equal(ls_kv_end(&c), end); /* refused: nothing changed */
     /* the earliest resumable position: its window starts exactly at first_pos */

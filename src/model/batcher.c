@@ -104,7 +104,7 @@ static void *batcher_main(void *arg) {
             double left = deadline - ls_now_ms();
             if (left <= 0) break;
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
+            clock_gettime(CLOCK_MONOTONIC, &ts);
             long ns = ts.tv_nsec + (long)(left * 1e6);
             ts.tv_sec += ns / 1000000000L;
             ts.tv_nsec = ns % 1000000000L;
@@ -163,7 +163,7 @@ int ls_batcher_eval(ls_batcher *b, ls_fwd_seg *seg, char *err, size_t errlen) {
     pthread_cond_signal(&b->cv_work);
     while (!r.done) pthread_cond_wait(&b->cv_done, &b->mu);
     pthread_mutex_unlock(&b->mu);
-    seg->s->last_step_ms = r.step_ms;
+    seg->s->last_step_ms = r.rc == LS_OK ? r.step_ms : 0;
     if (r.rc != LS_OK) snprintf(err, errlen, "%s", r.err);
     return r.rc;
 }
@@ -187,7 +187,7 @@ int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out,
     const ls_config *c = &m->cfg;
     int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
     int32_t rows = p->max_rows > 0 ? p->max_rows : dp.max_rows;
-    int32_t lrows = p->max_logit_rows > 0 ? p->max_logit_rows : dp.max_logit_rows;
+    int32_t lrows = p->max_logit_rows > 0 ? p->max_logit_rows : dp.max_logit_rows < rows ? dp.max_logit_rows : rows;
     int32_t threads = p->n_threads > 0 ? p->n_threads : ls_cpu_count();
     if (rows > 65536 || lrows > rows) {
         snprintf(err, errlen, "batcher: max_rows %d / max_logit_rows %d out of range", rows, lrows);
@@ -207,7 +207,12 @@ int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out,
     b->n_ctx = n_ctx;
     b->be = ls_backend_cpu_create(threads, rows, ls_model_max_cols(m), n_ctx);
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv_work, NULL);
+    /* The gather wait is timed on the monotonic clock: a wall-clock step must not stall it. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->cv_work, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&b->cv_done, NULL);
     if (!b->be || pthread_create(&b->th, NULL, batcher_main, b) != 0) {
         snprintf(err, errlen, "batcher: cannot start its backend or thread");

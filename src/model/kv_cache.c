@@ -80,20 +80,21 @@ void ls_kv_commit(ls_kv_layer *c, int32_t end) {
     c->n = end - c->first_pos;
 }
 
-int ls_kv_truncate(ls_kv_layer *c, int32_t pos) {
-    if (pos >= ls_kv_end(c)) return 0;
-    if (pos == 0) { /* a full reset is always possible */
-        c->first_pos = 0;
-        c->n = 0;
-        return 0;
-    }
+bool ls_kv_can_truncate(const ls_kv_layer *c, int32_t pos) {
+    if (pos >= ls_kv_end(c) || pos == 0) return true; /* nothing to forget, or a full reset */
     /* The next row (position pos) reads keys from pos - window + 1 on: they must still be
      * here. (A rollback after a verify block always passes: compaction keeps the window
      * before the block's first row. Resuming further back, as prefix reuse may ask, needs
      * keys compaction may have dropped.) */
     int32_t need = c->window > 0 ? pos - c->window + 1 : 0;
     if (need < 0) need = 0;
-    if (pos < c->first_pos || need < c->first_pos) return -1;
+    return pos >= c->first_pos && need >= c->first_pos;
+}
+
+int ls_kv_truncate(ls_kv_layer *c, int32_t pos) {
+    if (pos >= ls_kv_end(c)) return 0;
+    if (!ls_kv_can_truncate(c, pos)) return -1;
+    if (pos == 0) c->first_pos = 0;
     c->n = pos - c->first_pos;
     return 0;
 }

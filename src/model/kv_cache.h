@@ -46,6 +46,8 @@ void *ls_kv_k(ls_kv_layer *c, int32_t pos);
 void *ls_kv_v(ls_kv_layer *c, int32_t pos);
 /* Mark positions up to end (exclusive) as filled after the rows were written. */
 void ls_kv_commit(ls_kv_layer *c, int32_t end);
+/* Whether ls_kv_truncate(c, pos) would succeed (checked for every layer before any is cut). */
+bool ls_kv_can_truncate(const ls_kv_layer *c, int32_t pos);
 /* Forget positions >= pos. Returns -1 (and changes nothing) if a row at pos would need keys
  * that compaction already dropped: pos - window + 1 before what a sliding layer holds. */
 int ls_kv_truncate(ls_kv_layer *c, int32_t pos);

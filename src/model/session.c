@@ -132,6 +132,7 @@ int32_t ls_session_n_threads(const ls_session *s) {
 int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
                     size_t errlen) {
     ls_fwd_seg g = {.s = s, .tokens = tokens, .n = n, .logits_from = logits_from, .logits = logits};
+    s->last_step_ms = 0; /* a failed eval reports no step */
     if (s->batcher) return ls_batcher_eval(s->batcher, &g, err, errlen);
     double t0 = ls_now_ms();
     int rc = ls_fwd_prepare(&g, s->n_batch, err, errlen);
@@ -146,7 +147,7 @@ int ls_session_truncate(ls_session *s, int32_t pos) {
     /* Check every layer first so a refused rollback changes nothing. */
     const ls_model *m = s->model;
     for (int i = 0; i < m->cfg.n_layer; i++)
-        if (m->layers[i].kv_src == i && pos > 0 && pos < s->kv[i].first_pos) return LS_ERR;
+        if (m->layers[i].kv_src == i && !ls_kv_can_truncate(&s->kv[i], pos)) return LS_ERR;
     for (int i = 0; i < m->cfg.n_layer; i++)
         if (m->layers[i].kv_src == i && ls_kv_truncate(&s->kv[i], pos) != 0) return LS_ERR;
     s->pos = pos;
