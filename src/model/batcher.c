@@ -176,7 +176,7 @@ void ls_batcher_idle(ls_batcher *b, ls_session *s) {
 }
 
 ls_batcher_params ls_batcher_default_params(void) {
-    ls_batcher_params p = {.n_threads = 0, .max_rows = 256, .max_logit_rows = 64, .n_ctx = 0};
+    ls_batcher_params p = {.n_threads = 0, .max_rows = 0, .max_logit_rows = 0, .n_ctx = 0}; /* 0: automatic */
     return p;
 }
 
@@ -186,8 +186,8 @@ int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out,
     if (!p) p = &dp;
     const ls_config *c = &m->cfg;
     int32_t n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
-    int32_t rows = p->max_rows > 0 ? p->max_rows : dp.max_rows;
-    int32_t lrows = p->max_logit_rows > 0 ? p->max_logit_rows : dp.max_logit_rows < rows ? dp.max_logit_rows : rows;
+    int32_t rows = p->max_rows > 0 ? p->max_rows : 256;
+    int32_t lrows = p->max_logit_rows > 0 ? p->max_logit_rows : rows < 64 ? rows : 64;
     int32_t threads = p->n_threads > 0 ? p->n_threads : ls_cpu_count();
     if (rows > 65536 || lrows > rows) {
         snprintf(err, errlen, "batcher: max_rows %d / max_logit_rows %d out of range", rows, lrows);
