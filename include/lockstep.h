@@ -113,7 +113,7 @@ typedef struct ls_batcher ls_batcher;
 typedef struct {
     int32_t n_threads;      /* 0 = all cores */
     int32_t max_rows;       /* most rows in one step; 0 = 256 */
-    int32_t max_logit_rows; /* most logits rows in one step; 0 = 64 */
+    int32_t max_logit_rows; /* most logits rows in one step; 0 = min(64, max_rows) */
     int32_t n_ctx;          /* longest context of an attached session; 0 = the model's */
 } ls_batcher_params;
 ls_batcher_params ls_batcher_default_params(void);
