@@ -53,6 +53,35 @@ if [ -z "$URL" ] || [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" 
 fi
 echo "server: $URL"
 
+# curl, as a user would: raw SSE framing and error answers (status + OpenAI-style body).
+curl_fail=0
+sse=$(curl -sN "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Say hi"}],"max_tokens":8,"temperature":0,"stream":true}')
+n_events=$(grep -c '^data: ' <<<"$sse")
+if [ "$n_events" -lt 3 ] || [ "$(grep '^data: ' <<<"$sse" | tail -1)" != "data: [DONE]" ] ||
+  ! grep -q '"chat.completion.chunk"' <<<"$sse" || ! grep -q '"finish_reason":"' <<<"$sse"; then
+  echo "FAIL: curl SSE stream malformed:"; echo "$sse" | head -20; curl_fail=1
+fi
+check_err() { # expected status, expected error type, curl args...
+  local want=$1 type=$2; shift 2
+  local out code body
+  out=$(curl -s -w '\n%{http_code}' "$@"); code=${out##*$'\n'}; body=${out%$'\n'*}
+  if [ "$code" != "$want" ] || ! grep -q "\"type\":\"$type\"" <<<"$body" || ! grep -q '"message":' <<<"$body"; then
+    echo "FAIL: curl $* -> $code $body (want $want $type)"; curl_fail=1
+  fi
+}
+J=(-H 'Content-Type: application/json')
+check_err 400 invalid_request_error "${J[@]}" -d '{"messages": [' "$URL/v1/chat/completions"
+check_err 400 invalid_request_error "${J[@]}" -d '{"prompt": "x", "max_tokens": "ten"}' "$URL/v1/completions"
+check_err 400 invalid_request_error "${J[@]}" -d '{"messages": []}' "$URL/v1/chat/completions"
+check_err 400 invalid_request_error "${J[@]}" -d '{"prompt": "x", "n": 2}' "$URL/v1/completions"
+check_err 400 invalid_request_error "${J[@]}" --data-binary $'{"prompt": "\xff\xfe"}' "$URL/v1/completions"
+check_err 404 invalid_request_error "$URL/v1/nope"
+head -c 9000000 /dev/zero | tr '\0' 'a' >"$LOG.big"
+check_err 413 invalid_request_error "${J[@]}" --data-binary @"$LOG.big" "$URL/v1/completions"
+rm -f "$LOG.big"
+[ "$curl_fail" -eq 0 ] && echo "curl: SSE framing and 7 error answers ok"
+
 LOCKSTEP_SERVER_URL=$URL LOCKSTEP_SERVER_CTX=$CTX LOCKSTEP_MODEL=$MODEL LOCKSTEP_CLI=$CLI \
   timeout 900 "$PY" -m pytest -q -x -p no:cacheprovider "$HERE/server/test_server.py" "$@"
 rc=$?
@@ -65,4 +94,5 @@ for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$PID" 2>/dev/null; then echo "FAIL: server ignored SIGTERM for 10 s"; rc=1; else wait "$PID"; src=$?; fi
 if [ -n "$src" ] && [ "$src" -ne 0 ]; then echo "FAIL: server exit status $src after SIGTERM"; tail -20 "$LOG"; rc=1; fi
 PID=
+[ "$curl_fail" -ne 0 ] && rc=1
 exit $rc
