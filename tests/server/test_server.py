@@ -367,6 +367,22 @@ def test_prefix_reuse_is_exact(single_slot_server, ngram_server):
         assert r3["choices"][0]["text"] == ref["choices"][0]["text"]
 
 
+def test_follow_up_lands_on_the_slot_with_its_prefix():
+    """--parallel 4, all idle: a follow-up that extends an earlier request is picked up by the
+    slot whose cache holds that request (3 conversations in a row; by chance alone 1/64)."""
+    for i in range(3):
+        wait_idle(URL)
+        first = {"prompt": "Conversation %d. %s" % (i, STORY), "max_tokens": 8, "temperature": 0}
+        st, _, r1 = post("/v1/completions", first)
+        assert st == 200
+        wait_idle(URL)
+        follow = {"prompt": first["prompt"] + r1["choices"][0]["text"] + " And", "max_tokens": 8,
+                  "temperature": 0}
+        st, _, r2 = post("/v1/completions", follow)
+        assert st == 200
+        assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] >= r1["usage"]["prompt_tokens"], (r1, r2)
+
+
 def test_disconnect_during_prefill_frees_slot():
     """A client that leaves while its long prompt is being prefilled frees the slot after at
     most one prompt chunk, not after the whole prompt."""

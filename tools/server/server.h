@@ -53,6 +53,7 @@ typedef struct srv_slot {
      * prefix reuse: [0, n_cached) */
     int32_t *cached;
     int32_t n_cached, n_hist;
+    bool idle; /* waiting for a job (under srv_server.mu) */
     pthread_t thread;
     bool started;
 } srv_slot;

@@ -316,28 +316,56 @@ static void run_job(srv_slot *slot, srv_job *j) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static int32_t common_prefix(const srv_slot *sl, const srv_job *j) {
+    int32_t n = 0;
+    while (n < sl->n_cached && n < j->n_prompt && sl->cached[n] == j->prompt[n]) n++;
+    return n;
+}
+
+/* The idle slot whose cache shares the longest prefix with the job's prompt, `me` on ties
+ * (llama-server's slot selection by prompt similarity): a follow-up request lands where its
+ * conversation already is. Caller holds s->mu; an idle slot's record is not being written. */
+static srv_slot *best_slot(srv_server *s, srv_slot *me, const srv_job *j) {
+    srv_slot *best = me;
+    int32_t best_n = common_prefix(me, j);
+    for (int i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl == me || !sl->idle) continue;
+        int32_t n = common_prefix(sl, j);
+        if (n > best_n) best = sl, best_n = n;
+    }
+    return best;
+}
+
 static void *worker(void *arg) {
     srv_slot *slot = arg;
     srv_server *s = slot->srv;
+    pthread_mutex_lock(&s->mu);
     for (;;) {
-        pthread_mutex_lock(&s->mu);
+        slot->idle = true;
         while (!s->qhead && !atomic_load(&s->stopping)) pthread_cond_wait(&s->cv, &s->mu);
         srv_job *j = s->qhead;
-        if (!j) { /* stopping and the queue is drained */
-            pthread_mutex_unlock(&s->mu);
-            break;
+        if (!j) break; /* stopping and the queue is drained */
+        if (!atomic_load(&s->stopping) && best_slot(s, slot, j) != slot) {
+            /* Leave it to the slot that has its prefix: wake it, wait for the next change. */
+            pthread_cond_broadcast(&s->cv);
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
         }
+        slot->idle = false;
         s->qhead = j->next;
         if (!s->qhead) s->qtail = NULL;
         s->qlen--;
+        if (s->qhead) pthread_cond_broadcast(&s->cv); /* more work: the other idle slots look again */
         if (s->active++ == 0) s->busy_since = srv_now_ms();
         pthread_mutex_unlock(&s->mu);
         run_job(slot, j);
+        srv_job_release(j);
         pthread_mutex_lock(&s->mu);
         if (--s->active == 0) s->busy_ms += srv_now_ms() - s->busy_since;
-        pthread_mutex_unlock(&s->mu);
-        srv_job_release(j);
     }
+    slot->idle = false;
+    pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
