@@ -35,6 +35,14 @@ fi
 out=$("$CLI" tokenize -m "$DIR" -p "Hello world" 2>&1) || { echo "FAIL: tokenize on a directory: $out"; fail=1; }
 [ "${out%% *}" = "2" ] || { echo "FAIL: tokenize did not start with <bos> (2): $out"; fail=1; }
 "$CLI" probe -m "$DIR" -t 2 >/dev/null 2>"$TMPDIR/probe" || { echo "FAIL: probe on a directory: $(tail -3 "$TMPDIR/probe")"; fail=1; }
+# `lockstep probe` at K = 2..8 on the Gemma 4 fixtures, the 8-bit-MLP-on-4-bit MLX one included
+for fx in gemma4_dense gemma4_ple gemma4_moe gemma4_dense_mlx_q4_mlp8; do
+  for k in 2 3 4 5 6 7 8; do
+    if ! "$CLI" probe -m "$DATA/hf/$fx" --draft-block-size $k -t 2 >"$TMPDIR/probe.out" 2>&1; then
+      echo "FAIL: probe $fx K=$k: $(tail -3 "$TMPDIR/probe.out")"; fail=1
+    fi
+  done
+done
 # a directory that is not a checkpoint: a clear error, exit 1
 mkdir "$TMPDIR/empty"
 err=$("$CLI" logits -m "$TMPDIR/empty" --tokens 2,3 2>&1 >/dev/null); rc=$?
