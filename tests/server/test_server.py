@@ -352,6 +352,8 @@ def test_prefix_reuse_is_exact(single_slot_server, ngram_server):
     st, _, r2 = post("/v1/completions", first, base=base)
     assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == n1 - 1
     assert r2["timings"]["cache_n"] == n1 - 1 and r2["timings"]["prompt_n"] == 1
+    m = re.search(r"^lockstep_prompt_tokens_cached_total (\d+)$", get("/metrics", base=base)[2], re.M)
+    assert m and int(m.group(1)) == n1 - 1
     assert r2["choices"][0]["text"] == r1["choices"][0]["text"]
     # a continuation of prompt + answer, at T=0 and T=0.8
     for temp in (0, 0.8):

@@ -177,6 +177,9 @@ static enum MHD_Result handle_metrics(srv_server *s, struct MHD_Connection *c) {
     P("# HELP lockstep_prompt_tokens_total Prompt tokens processed.\n# TYPE lockstep_prompt_tokens_total counter\n"
       "lockstep_prompt_tokens_total %llu\n",
       s->prompt_tokens);
+    P("# HELP lockstep_prompt_tokens_cached_total Prompt tokens reused from a slot's cache (not prefilled).\n"
+      "# TYPE lockstep_prompt_tokens_cached_total counter\nlockstep_prompt_tokens_cached_total %llu\n",
+      s->prompt_tokens_cached);
     P("# HELP lockstep_generated_tokens_total Tokens generated.\n# TYPE lockstep_generated_tokens_total counter\n"
       "lockstep_generated_tokens_total %llu\n",
       s->generated_tokens);

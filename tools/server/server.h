@@ -73,8 +73,8 @@ typedef struct srv_server {
     srv_job *qhead, *qtail;
     int qlen, active;
     unsigned long long req_by_status[600];
-    unsigned long long prompt_tokens, generated_tokens, cancelled, spec_requests, spec_rounds, spec_drafted,
-        spec_accepted, spec_declined;
+    unsigned long long prompt_tokens, prompt_tokens_cached, generated_tokens, cancelled, spec_requests, spec_rounds,
+        spec_drafted, spec_accepted, spec_declined;
     unsigned long long spec_accepted_at[LS_SPEC_MAX_BLOCK], spec_proposed_at[LS_SPEC_MAX_BLOCK];
     double busy_ms, busy_since; /* time with at least one active slot (for tok/s) */
     char spec_state[64];        /* "off", "probing", "passed", "declined", "inexact" */

@@ -296,6 +296,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
 
     pthread_mutex_lock(&s->mu);
     s->prompt_tokens += (unsigned long long)st.n_prompt;
+    s->prompt_tokens_cached += (unsigned long long)st.n_prompt_cached;
     s->generated_tokens += (unsigned long long)st.n_generated;
     if (cancelled) s->cancelled++;
     if (gp.drafter && rc == LS_OK) {
