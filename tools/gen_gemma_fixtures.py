@@ -352,6 +352,92 @@ MLX_FIXTURES = [
 ]
 
 
+# Added later; generated AFTER everything above from their own seeds, so the fixtures above are unchanged.
+def extra_fixture_configs():
+    fx = {}
+    c4 = gemma4_text_config(hidden_size=96, num_hidden_layers=4, layer_types=[S, S, S, F], attention_k_eq_v=True,
+                            num_global_key_value_heads=1)
+    c4["architectures"] = ["Gemma4ForCausalLM"]
+    fx["gemma4_dense_h96"] = {
+        "family": "gemma4", "kind": "target", "cls": "Gemma4ForCausalLM", "config": c4, "bf16_embed_scale": True,
+        "desc": "Gemma 4 dense (31B-style, k_eq_v full layer) with a NON-SQUARE hidden size 96: embedding scale "
+                "bf16(sqrt(96)) = 9.8125 vs float32 sqrt 9.79796 (+0.15%); 4 layers S,S,S,F; q/o projections "
+                "96 <-> 64 (4 heads x 16)"}
+    c3 = copy.deepcopy(fixture_configs()["gemma3_text"]["config"])
+    c3.update(hidden_size=96, num_hidden_layers=4, layer_types=[S, S, S, F], sliding_window_pattern=4)
+    fx["gemma3_text_h96"] = {
+        "family": "gemma3", "kind": "target", "cls": "Gemma3ForCausalLM", "config": c3, "bf16_embed_scale": True,
+        "desc": "Gemma 3 text with a NON-SQUARE hidden size 96 (embedding scale bf16(sqrt(96)) = 9.8125); "
+                "4 layers S,S,S,F, otherwise as gemma3_text"}
+    return fx
+
+
+# (name, source, bits, group, predicate kind, description, bf16 embed scale in the float32 reference)
+EXTRA_MLX_FIXTURES = [
+    ("gemma4_dense_h96_mlx_q4", "gemma4_dense_h96", 4, 32, None,
+     "4-bit g32 of gemma4_dense_h96 (non-square hidden 96; group 32 because 96 % 64 != 0)", True),
+    ("gemma3_text_mlx_q4", "gemma3_text", 4, 64, None,
+     "4-bit g64 of gemma3_text (mlx-lm gemma3_text: quantized embedding / tied head, (1+w) norms)", False),
+]
+SHARDED_FIXTURES = [("gemma4_dense_sharded", "gemma4_dense", "Gemma4ForCausalLM", 200_000)]
+
+
+def build_sharded(out, name, src, cls_name, shard_bytes):
+    """save_pretrained(max_shard_size) of the bf16 source; goldens copied from the source (verified)."""
+    import torch
+    import transformers
+    from safetensors.numpy import load_file
+    d = os.path.join(out, name)
+    src_dir = os.path.join(out, src)
+    if os.path.exists(d):
+        shutil.rmtree(d)
+    model = getattr(transformers, cls_name).from_pretrained(src_dir, dtype=torch.bfloat16)
+    model.save_pretrained(d, max_shard_size=shard_bytes)
+    del model
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(os.path.join(src_dir, f), os.path.join(d, f))
+    index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) >= 3, shards
+    assert not os.path.exists(os.path.join(d, "model.safetensors"))
+    # same tensors, same bytes
+    import safetensors
+    ref = {}
+    with safetensors.safe_open(os.path.join(src_dir, "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            ref[k] = f.get_tensor(k).view(torch.int16).numpy()
+    got = {}
+    for sh in shards:
+        with safetensors.safe_open(os.path.join(d, sh), "pt") as f:
+            for k in f.keys():
+                got[k] = f.get_tensor(k).view(torch.int16).numpy()
+    assert sorted(ref) == sorted(got), set(ref) ^ set(got)
+    assert all(np.array_equal(ref[k], got[k]) for k in ref)
+    # goldens: the source's arrays, checked against transformers on the sharded copy
+    sm = json.load(open(os.path.join(src_dir, "golden", "manifest.json")))
+    gd = os.path.join(d, "golden")
+    os.makedirs(gd)
+    for a in sm["arrays"].values():
+        shutil.copy(os.path.join(src_dir, "golden", a["file"]), os.path.join(gd, a["file"]))
+    toks = np.fromfile(os.path.join(gd, "tokens.i32"), "<i4").reshape(sm["arrays"]["tokens"]["shape"])
+    want = np.fromfile(os.path.join(gd, "logits.f32"), "<f4").reshape(sm["arrays"]["logits"]["shape"])
+    m = hf_load(d, cls_name)
+    with torch.no_grad():
+        lg = m(torch.tensor(toks)).logits.float().numpy()
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    sm.update({"fixture": name, "source": src, "description": (
+        f"{src} re-saved by transformers save_pretrained(max_shard_size={shard_bytes}): {len(shards)} shards "
+        f"{shards[0]} .. {shards[-1]} + model.safetensors.index.json, config.json as transformers writes it; "
+        "tensors byte-identical to the source; goldens copied from the source"),
+        "n_shards": len(shards), "sharded_logits_equal_source_golden": bool(np.array_equal(lg, want)),
+        "sharded_vs_source_golden_max_abs": float(np.abs(lg - want).max()),
+        "config_keys": sorted(cfg),
+        "weights": f"bf16 in {len(shards)} shards (model.safetensors.index.json), upcast to float32 by "
+                   "from_pretrained(dtype=float32); config.json in transformers 5 style (per_layer_config)"})
+    dump_json(os.path.join(gd, "manifest.json"), sm)
+    return len(shards)
+
+
 # ----------------------------------------------------------------------------- weights
 
 def random_weights(state_dict, family, seed, vocab_scale=0.1):
@@ -445,6 +531,49 @@ def hf_greedy(model, prompt, n):
     return gen
 
 
+def bf16_round(x):
+    import torch
+    return float(torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float())
+
+
+def hf_bf16_embed_scale(model, fx, d, ids, g):
+    """Non-square hidden: make the float32 reference use the embedding scale a user of the bf16
+    checkpoint gets. HF's ScaledWordEmbedding multiplies by embed_scale.to(weight.dtype): bf16(sqrt(H))
+    when the model is loaded in bf16, but the exact float32 sqrt(H) after from_pretrained(dtype=float32).
+    We set the float32 model's buffer to bf16(sqrt(H)) (checked against a native bf16 load), and record
+    how far the goldens would move with the exact float32 scale."""
+    import torch
+    hidden = fx["config"]["hidden_size"]
+    exact = np.float32(math.sqrt(hidden))
+    rounded = bf16_round(math.sqrt(hidden))
+    emb = model.get_input_embeddings()
+    assert float(emb.embed_scale) == float(exact), (float(emb.embed_scale), float(exact))
+    with torch.no_grad():
+        lg_exact = model(ids).logits.float().numpy()
+    native = getattr(__import__("transformers"), fx["cls"]).from_pretrained(d, dtype=torch.bfloat16).eval()
+    nemb = native.get_input_embeddings()
+    native_scale = float(nemb.embed_scale.to(nemb.weight.dtype).float())
+    assert native_scale == rounded, (native_scale, rounded)
+    with torch.no_grad():
+        lg_native = native(ids).logits.float().numpy()
+    del native
+    with torch.no_grad():
+        emb.embed_scale.fill_(rounded)
+    with torch.no_grad():
+        lg = model(ids).logits.float().numpy()
+    rel = np.sqrt(((lg_exact - lg) ** 2).sum(-1) / (lg ** 2).sum(-1))
+    g.set("embed_scale", f"bf16(sqrt({hidden})) = {rounded} (sqrt = {float(exact):.9g} in float32). HF multiplies by "
+                         "embed_scale.to(weight.dtype): a bf16 load uses the bf16-rounded value, a float32 load the "
+                         "exact one; these goldens are float32 with the embedding scale buffer set to the bf16 value, "
+                         "i.e. what a user loading this bf16 checkpoint gets")
+    g.set("embed_scale_value", rounded)
+    g.set("embed_scale_f32_exact", float(exact))
+    g.set("hf_native_bf16_embed_scale", native_scale)
+    g.set("exact_scale_vs_golden_max_rel_l2", float(rel.max()))
+    g.set("exact_scale_vs_golden_argmax_agree", int((lg_exact.argmax(-1) == lg.argmax(-1)).sum()))
+    g.set("native_bf16_vs_golden_max_abs_logit_diff", float(np.abs(lg_native - lg).max()))
+
+
 def target_goldens(d, fx, name, tok, text, seqs, ver):
     import torch
     model = hf_load(d, fx["cls"])
@@ -455,6 +584,8 @@ def target_goldens(d, fx, name, tok, text, seqs, ver):
                                   "scale to the weight dtype, float32 here)",
                    "text_seq0": text})
     ids = torch.tensor(seqs)
+    if fx.get("bf16_embed_scale"):
+        hf_bf16_embed_scale(model, fx, d, ids, g)
     with torch.no_grad():
         logits = model(ids).logits.float().numpy()
     g.add("tokens", np.array(seqs), "i32")
@@ -623,12 +754,24 @@ def mlx_float32(model):
     mx.eval(model.parameters())
 
 
-def mlx_logits(path, seqs, f32=True):
+def mlx_bf16_embed_scale(model):
+    """mlx-lm gemma4_text multiplies by the python float sqrt(H): with bf16 activations (a user's run) that is
+    bf16(sqrt(H)); after the float32 upcast it would be exact. Use the bf16 value (gemma3_text rounds itself)."""
+    inner = getattr(model, "model", None)
+    if inner is not None and isinstance(getattr(inner, "embed_scale", None), float):
+        inner.embed_scale = bf16_round(inner.embed_scale)
+        return inner.embed_scale
+    return None
+
+
+def mlx_logits(path, seqs, f32=True, bf16_scale=False):
     import mlx.core as mx
     from mlx_lm import load
     model, _ = load(path)
     if f32:
         mlx_float32(model)
+        if bf16_scale:
+            mlx_bf16_embed_scale(model)
     lg = model(mx.array(seqs))
     mx.eval(lg)
     return model, np.array(lg.astype(mx.float32))
@@ -644,7 +787,7 @@ def mlx_greedy(model, prompt, n):
     return toks
 
 
-def build_mlx(out, name, src, bits, gs, kind, desc, seqs, ver):
+def build_mlx(out, name, src, bits, gs, kind, desc, seqs, ver, bf16_scale=False):
     import mlx.core as mx
     from mlx_lm import convert
     d = os.path.join(out, name)
@@ -670,12 +813,22 @@ def build_mlx(out, name, src, bits, gs, kind, desc, seqs, ver):
         cfg["quantization_config"] = cfg["quantization"]
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=4, sort_keys=True)
-    model, lg = mlx_logits(d, seqs, f32=True)
+    model, lg = mlx_logits(d, seqs, f32=True, bf16_scale=bf16_scale)
     _, lg_native = mlx_logits(d, seqs, f32=False)
     g = Golden(d, {"fixture": name, "source": src, "reference": f"mlx-lm {ver['mlx_lm']} (mlx {ver['mlx']})",
                    "versions": ver, "quantization": cfg["quantization"], "description": desc,
                    "compute_dtype": "float32 (every floating parameter incl. scales/biases upcast from bf16 after "
                                     "mlx_lm.load; quantized matmuls via mx.quantized_matmul on CPU)"})
+    if bf16_scale:
+        hidden = cfg.get("hidden_size") or cfg["text_config"]["hidden_size"]
+        _, lg_exact = mlx_logits(d, seqs, f32=True)
+        rel = np.sqrt(((lg_exact - lg) ** 2).sum(-1) / (lg ** 2).sum(-1))
+        g.set("embed_scale", f"bf16(sqrt({hidden})) = {bf16_round(math.sqrt(hidden))}: mlx-lm multiplies the "
+                             "embedding by the python float sqrt(H), which mlx casts to the activation dtype (bf16 in "
+                             "a native run); the float32-upcast reference sets it to the bf16 value explicitly "
+                             "(gemma3_text rounds to bf16 itself)")
+        g.set("embed_scale_value", bf16_round(math.sqrt(hidden)))
+        g.set("exact_scale_vs_golden_max_rel_l2", float(rel.max()))
     g.add("tokens", np.array(seqs), "i32")
     g.add("logits", lg, "f32")
     g.set("logits_min_top2_gap", top2_gap(lg))
@@ -771,6 +924,34 @@ def main():
         print(f"[{name}]", flush=True)
         _, seqs = targets[src]
         build_mlx(out, name, src, bits, gs, kind, desc, seqs, ver)
+    # later additions, after everything above (own seeds; nothing above depends on them)
+    for i, (name, fx) in enumerate(extra_fixture_configs().items()):
+        if only and name not in only and not any(m[1] == name for m in EXTRA_MLX_FIXTURES if m[0] in only):
+            continue
+        d = os.path.join(out, name)
+        if os.path.exists(d):
+            shutil.rmtree(d)
+        os.makedirs(d)
+        print(f"[{name}]", flush=True)
+        hf_build_checkpoint(d, fx, seed=3000 + i)
+        tok = write_tokenizer(d, fx["family"])
+        generation_config(d, fx["family"])
+        text, seqs = golden_sequences(tok, fx["family"])
+        model, logits = target_goldens(d, fx, name, tok, text, seqs, ver)
+        if fx["family"] == "gemma4":
+            report[name] = {"mlx_lm_f32_vs_hf_max_abs (exact sqrt in mlx-lm)": mlx_crosscheck(out, name, seqs, logits)}
+    for name, src, bits, gs, kind, desc, bf16_scale in EXTRA_MLX_FIXTURES:
+        if only and name not in only:
+            continue
+        print(f"[{name}]", flush=True)
+        family = "gemma3" if src.startswith("gemma3") else "gemma4"
+        _, seqs = golden_sequences(build_tokenizer(family), family)
+        build_mlx(out, name, src, bits, gs, kind, desc, seqs, ver, bf16_scale=bf16_scale)
+    for name, src, cls_name, shard_bytes in SHARDED_FIXTURES:
+        if only and name not in only:
+            continue
+        print(f"[{name}]", flush=True)
+        report[name] = {"shards": build_sharded(out, name, src, cls_name, shard_bytes)}
     for name in sorted(os.listdir(out)):
         p = os.path.join(out, name)
         if os.path.isdir(p):
