@@ -14,6 +14,7 @@
  * hash-flooding worst case on hostile names, and sorting doubles as the duplicate check.
  * Tensor data is never copied; pointers point into the mapping. */
 #include "format/gguf.h"
+#include "format/name_quote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,7 +36,6 @@
 #define GGUF_MIN_TENSOR_INFO   32 /* name length + n_dims + one ne + type + offset */
 #define GGUF_MIN_ARRAY_SIZE    12 /* element type + count */
 #define GGUF_DEFAULT_ALIGNMENT 32
-#define GGUF_NAME_SHOWN        64 /* bytes of a key / tensor name quoted in messages */
 
 /* A name (key or tensor name) and the index of what it names, for the sorted indexes. */
 typedef struct {
@@ -87,27 +87,12 @@ static size_t cur_left(const gguf_parser *p) {
     return p->size - p->pos;
 }
 
-/* Quote a hostile name: printable ASCII kept, everything else as \xNN, long names cut. */
-static void name_quote(char *buf, size_t cap, const char *s, uint64_t n) {
-    size_t o = 0;
-    uint64_t shown = n < GGUF_NAME_SHOWN ? n : GGUF_NAME_SHOWN;
-    for (uint64_t i = 0; i < shown && o + 5 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
-            buf[o++] = (char)c;
-        else
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-    }
-    if (shown < n && o + 4 < cap) o += (size_t)snprintf(buf + o, cap - o, "...");
-    buf[o] = 0;
-}
-
 static void where_format(const gguf_parser *p, char *buf, size_t cap) {
-    char name[GGUF_NAME_SHOWN * 4 + 8];
+    char name[LS_NAME_QUOTED];
     int n = 0;
     int named = p->name.ptr && p->name.len > 0; /* else locate it by number */
     buf[0] = 0;
-    if (named) name_quote(name, sizeof name, p->name.ptr, p->name.len);
+    if (named) ls_name_quote(name, sizeof name, p->name.ptr, p->name.len);
     if (p->at == AT_KV) {
         if (named)
             n = snprintf(buf, cap, "metadata key #%" PRIu64 " '%s'", p->index, name);
@@ -127,7 +112,7 @@ __attribute__((format(printf, 2, 3))) static void parser_fail(gguf_parser *p, co
     if (p->failed) return;
     p->failed = 1;
     if (!p->err || p->errlen == 0) return;
-    char where[GGUF_NAME_SHOWN * 4 + 256], msg[512];
+    char where[LS_NAME_QUOTED + 248], msg[512];
     where_format(p, where, sizeof where);
     va_list ap;
     va_start(ap, fmt);
@@ -609,8 +594,8 @@ static void tensors_place(gguf_parser *p, gguf_file *f) {
         for (uint64_t i = 1; i < f->n_tensors; i++) {
             const gguf_span *a = &spans[i - 1], *b = &spans[i];
             if (a->end <= b->start) continue;
-            char other[GGUF_NAME_SHOWN * 4 + 8];
-            name_quote(other, sizeof other, f->tensors[a->idx].name, strlen(f->tensors[a->idx].name));
+            char other[LS_NAME_QUOTED];
+            ls_name_quote(other, sizeof other, f->tensors[a->idx].name, strlen(f->tensors[a->idx].name));
             tensor_at(p, f, b->idx);
             parser_fail(p, "data [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s' [%" PRIu64 ", %" PRIu64 ")", b->start,
                         b->end, other, a->start, a->end);

@@ -9,6 +9,7 @@
  * Tensors of all shards go into one array; one sort by name gives both the lookup index
  * (binary search, no hash-flooding worst case) and the duplicate check across shards. */
 #include "format/safetensors.h"
+#include "format/name_quote.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -26,8 +27,7 @@
 #define ST_HEADER_MAX  100000000u /* the reference reader's limit; real headers are < 1 MB */
 #define ST_INDEX_MAX   (64u << 20)
 #define ST_EXACT_MAX   9007199254740992.0 /* 2^53: larger doubles are not exact integers */
-#define ST_NAME_SHOWN  64
-#define ST_QUOTED      (ST_NAME_SHOWN * 4 + 8) /* a quoted name: each byte may become \xNN */
+#define ST_QUOTED      LS_NAME_QUOTED
 #define ST_INDEX_NAME  "model.safetensors.index.json"
 #define ST_SINGLE_NAME "model.safetensors"
 
@@ -75,20 +75,6 @@ const char *ls_st_dtype_name(ls_st_dtype t) {
  * ------------------------------------------------------------------------------------- */
 
 /* Quote a hostile name: printable ASCII kept, everything else as \xNN, long names cut. */
-static void name_quote(char *buf, size_t cap, const char *s) {
-    size_t o = 0, n = strlen(s);
-    size_t shown = n < ST_NAME_SHOWN ? n : ST_NAME_SHOWN;
-    for (size_t i = 0; i < shown && o + 5 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
-            buf[o++] = (char)c;
-        else
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-    }
-    if (shown < n && o + 4 < cap) o += (size_t)snprintf(buf + o, cap - o, "...");
-    buf[o] = 0;
-}
-
 /* First error sticks. `file` and `tensor` (either may be NULL) locate it. */
 __attribute__((format(printf, 4, 5))) static void st_fail(st_ctx *c, const char *file, const char *tensor,
                                                           const char *fmt, ...) {
@@ -101,7 +87,7 @@ __attribute__((format(printf, 4, 5))) static void st_fail(st_ctx *c, const char 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     tq[0] = 0;
-    if (tensor) name_quote(tq, sizeof tq, tensor);
+    if (tensor) ls_name_quote(tq, sizeof tq, tensor, strlen(tensor));
     snprintf(c->err, c->errlen, "safetensors: %s%s%s%s%s%s", file ? file : "", file ? ": " : "",
              tensor ? "tensor '" : "", tq, tensor ? "': " : "", msg);
 }
@@ -243,7 +229,7 @@ static int metadata_check(st_ctx *c, const char *file, const cJSON *meta) {
     for (const cJSON *e = meta->child; e; e = e->next)
         if (!cJSON_IsString(e)) {
             char q[ST_QUOTED];
-            name_quote(q, sizeof q, e->string);
+            ls_name_quote(q, sizeof q, e->string, strlen(e->string));
             st_fail(c, file, NULL, "__metadata__ value of '%s' is not a string", q);
             return -1;
         }
@@ -264,7 +250,8 @@ static int tensor_parse(st_ctx *c, const char *file, const cJSON *e, const uint8
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     if (dtype_parse(dt, &t->dtype) != 0) {
         char q[ST_QUOTED];
-        name_quote(q, sizeof q, cJSON_IsString(dt) ? dt->valuestring : "(not a string)");
+        const char *dts = cJSON_IsString(dt) ? dt->valuestring : "(not a string)";
+        ls_name_quote(q, sizeof q, dts, strlen(dts));
         st_fail(c, file, name, "unknown dtype '%s'", q);
         return -1;
     }
@@ -601,7 +588,7 @@ static int weight_map_check(st_ctx *c, const ls_st_set *s, const char *ipath, co
         const ls_st_tensor *t = ls_st_find(s, e->string);
         const char *in = t ? strrchr(s->files[t->file].path, '/') + 1 : NULL;
         char q[ST_QUOTED];
-        name_quote(q, sizeof q, e->valuestring);
+        ls_name_quote(q, sizeof q, e->valuestring, strlen(e->valuestring));
         if (!t)
             st_fail(c, ipath, e->string, "listed in weight_map for %s but not found in it", q);
         else if (strcmp(in, e->valuestring) != 0)
