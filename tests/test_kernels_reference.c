@@ -22,27 +22,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/types.h"
 
-static int have_avx2(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-    return 0;
-#endif
-}
-
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_normal(uint64_t *s) {
-    float v = 0.0f;
-    for (int i = 0; i < 4; i++) v += (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f);
-    return (v - 2.0f) * 1.7f;
-}
+#include "test_rng.h"
 
 /* ---- golden files ---- */
 
@@ -180,7 +160,7 @@ static void test_act_q8_0_semantics(void **st) {
     for (int j = 0; j < 32; j++) assert_int_equal(y[1].qs[j], 0);
     /* a general block: d = f16(amax / 127), q = rne(x * (127 / amax)) */
     uint64_t rng = 5;
-    for (int j = 0; j < 32; j++) x[j] = rng_normal(&rng);
+    for (int j = 0; j < 32; j++) x[j] = rng_normal(&rng, 1.0f);
     ls_quantize_act_row(LS_TYPE_Q8_0, x, y, 32);
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -216,7 +196,7 @@ static void test_act_q8_k_semantics(void **st) {
     /* positive max: iscale = -127 / max is negative, so q has the opposite sign of x and
      * d = 1 / iscale is negative: d * q still reproduces x */
     uint64_t rng = 9;
-    for (int j = 0; j < 256; j++) x[j] = rng_normal(&rng);
+    for (int j = 0; j < 256; j++) x[j] = rng_normal(&rng, 1.0f);
     x[17] = 9.0f; /* the max */
     ls_quantize_act_row(LS_TYPE_Q8_K, x, y, 256);
     assert_true(y[0].d < 0.0f);
@@ -244,12 +224,12 @@ static void check_dot_accuracy(ls_type t, int64_t K, double tol) {
     const int avx2 = have_avx2();
     for (int r = 0; r < ROWS; r++) {
         const float scale = 0.05f + (float)r * 0.2f;
-        for (int64_t k = 0; k < K; k++) wf[k] = rng_normal(&rng) * scale + (r % 3 == 0 ? 0.2f * scale : 0.0f);
+        for (int64_t k = 0; k < K; k++) wf[k] = rng_normal(&rng, 1.0f) * scale + (r % 3 == 0 ? 0.2f * scale : 0.0f);
         assert_int_equal(ls_quantize_row_ref(t, wf, w, K), 0);
         tr->dequantize_row(w, wd, K);
         /* activations correlated with the weights, so the dot is far from zero and a
          * relative error is meaningful */
-        for (int64_t k = 0; k < K; k++) x[k] = 0.7f * wd[k] / scale + 0.5f * rng_normal(&rng);
+        for (int64_t k = 0; k < K; k++) x[k] = 0.7f * wd[k] / scale + 0.5f * rng_normal(&rng, 1.0f);
         double ref = 0.0;
         for (int64_t k = 0; k < K; k++) ref += (double)wd[k] * (double)x[k];
         const void *a = x;
@@ -308,7 +288,7 @@ static void test_get_rows(void **st) {
         float *src = malloc(sizeof(float) * K), *out = malloc(sizeof(float) * K * 5), *one = malloc(sizeof(float) * K);
         assert_true(table && src && out && one);
         for (int r = 0; r < ROWS; r++) {
-            for (int k = 0; k < K; k++) src[k] = rng_normal(&rng) * (float)(r + 1);
+            for (int k = 0; k < K; k++) src[k] = rng_normal(&rng, 1.0f) * (float)(r + 1);
             assert_int_equal(ls_quantize_row_ref(t, src, table + row * r, K), 0);
         }
         ls_get_rows(t, table, K, ids, 5, out);

@@ -29,33 +29,7 @@ static const int BITS[] = {2, 3, 4, 5, 6, 8};
 static const int GROUPS[] = {32, 64, 128};
 static const ls_type SB_TYPES[] = {LS_TYPE_F32, LS_TYPE_F16, LS_TYPE_BF16};
 
-/* ---- deterministic random numbers (splitmix64) ---- */
-
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_uniform(uint64_t *s) {
-    return (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f);
-} /* [0, 1) */
-
-static float rng_normal(uint64_t *s, float scale) {
-    float v = 0.0f;
-    for (int i = 0; i < 4; i++) v += rng_uniform(s);
-    return (v - 2.0f) * 1.7f * scale;
-}
-
-static int have_avx2(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-    return 0;
-#endif
-}
+#include "test_rng.h"
 
 static size_t sb_bytes(ls_type t) {
     return t == LS_TYPE_F32 ? 4 : 2;
