@@ -64,15 +64,11 @@ typedef struct {
     void (*get_rows)(ls_backend *be, const ls_weight *table, const int32_t *ids, int64_t n, float *dst);
     /* In place, each of m rows of n: x = x / sqrt(mean(x^2) + eps) * w (w NULL: no weight). */
     void (*rmsnorm)(ls_backend *be, float *x, const float *w, int64_t m, int64_t n, float eps);
-    /* In place NeoX (rotate-half) RoPE on m rows of n_heads heads of hd, rotating the first
-     * n_rot dims, row i at absolute position pos[i]. */
-    void (*rope)(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_rot, const int32_t *pos,
-                 float theta_base);
     /* In place NeoX RoPE with a rotated-pairs count (Gemma 3/4, gemma.md 3.4): pairs
      * (j, j + hd/2) for j < hd/2; pair j < n_pairs rotates by the angle
      * pos[i] * (freq_scale * theta_base^(-2j/hd)), pairs j >= n_pairs are left as they are.
      * n_pairs = hd/2 is plain full rotary; n_pairs < hd/2 is Gemma 4's "proportional" RoPE
-     * (exponent normalised by the FULL head dim, unlike rope's n_rot); freq_scale = 1/factor
+     * (exponent normalised by the FULL head dim, not by the rotated width); freq_scale = 1/factor
      * is linear position scaling (Gemma 3 global layers). Row-independent. */
     void (*rope_pairs)(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
                        const int32_t *pos, float theta_base, float freq_scale);

@@ -555,36 +555,6 @@ void ls_assistant_override_window(ls_assistant *a, int32_t window) {
     a->window = window;
 }
 
-/* NeoX (rotate-half) RoPE at one position with pairs (j, j + hd/2): inv[j] = theta^(-2j/hd)
- * * freq_scale for j < n_pairs, identity for the rest (spec 3.4: "default" has n_pairs = hd/2,
- * the proportional full-layer rope partial*hd/2 with the exponent normalised by the FULL head
- * dim). The backend's rope_pairs op when it has one (so the query rotates exactly like the
- * target's keys); otherwise this fallback with the same float expressions. */
-static void asst_rope(ls_backend *be, float *x, int32_t n_heads, int32_t hd, int32_t n_pairs, int32_t pos, float theta,
-                      float freq_scale) {
-    if (be->ops->rope_pairs) {
-        be->ops->rope_pairs(be, x, 1, n_heads, hd, n_pairs, &pos, theta, freq_scale);
-        return;
-    }
-    float cs[512], sn[512];
-    int32_t half = hd / 2;
-    if (n_pairs > 512) n_pairs = 512;
-    for (int32_t j = 0; j < n_pairs; j++) {
-        float invf = (float)pow((double)theta, -2.0 * j / (double)hd) * freq_scale;
-        double ang = (double)pos * (double)invf;
-        cs[j] = (float)cos(ang);
-        sn[j] = (float)sin(ang);
-    }
-    for (int32_t h = 0; h < n_heads; h++) {
-        float *v = x + (int64_t)h * hd;
-        for (int32_t j = 0; j < n_pairs; j++) {
-            float p = v[j], q = v[j + half];
-            v[j] = p * cs[j] - q * sn[j];
-            v[j + half] = q * cs[j] + p * sn[j];
-        }
-    }
-}
-
 static int kv_check(ls_assistant *a, const ls_asst_kv *kv, bool sliding, int32_t hd, int32_t nkv, int32_t P) {
     const char *ty = sliding ? "sliding" : "full";
     if (!kv || !kv->k || !kv->v) return serr(a, "assistant step: no %s-attention K/V given", ty);
@@ -653,7 +623,9 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
         op->rmsnorm(be, a->a, ly->in_ln, 1, H, a->eps);
         op->matmul(be, &ly->q, a->a, 1, a->q);
         op->rmsnorm(be, a->q, ly->q_norm, a->n_heads, ly->hd, a->eps);
-        asst_rope(be, a->q, a->n_heads, ly->hd, ly->n_rot_pairs, P, ly->theta, ly->freq_scale);
+        /* the target's rope op, so the query rotates exactly like the target's keys (spec 3.4:
+         * pairs (j, j + hd/2), full layers proportional with the exponent over the full dim) */
+        be->ops->rope_pairs(be, a->q, 1, a->n_heads, ly->hd, ly->n_rot_pairs, &P, ly->theta, ly->freq_scale);
         ls_attn_args args = {.q = a->q,
                              .out = a->att,
                              .k = kv->k,

@@ -84,33 +84,6 @@ static void cpu_rmsnorm(ls_backend *be, float *x, const float *w, int64_t m, int
 
 /* ---- rope ------------------------------------------------------------------------ */
 
-static void cpu_rope(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_rot,
-                     const int32_t *pos, float theta_base) {
-    (void)be;
-    int32_t half = n_rot / 2;
-    float cs[512], sn[512], invf[512];
-    LS_ASSERT(half <= 512);
-    /* the frequencies depend on j only: computed once per call (same values as per row) */
-    for (int32_t j = 0; j < half; j++) invf[j] = (float)pow((double)theta_base, -2.0 * j / (double)n_rot);
-    for (int64_t r = 0; r < m; r++) {
-        /* Angles from the absolute position alone (no incremental rotation), so a row
-         * rotates identically in any batch. */
-        for (int32_t j = 0; j < half; j++) {
-            double ang = (double)pos[r] * (double)invf[j];
-            cs[j] = (float)cos(ang);
-            sn[j] = (float)sin(ang);
-        }
-        for (int32_t h = 0; h < n_heads; h++) {
-            float *v = x + (r * n_heads + h) * (int64_t)hd;
-            for (int32_t j = 0; j < half; j++) {
-                float a = v[j], b = v[j + half];
-                v[j] = a * cs[j] - b * sn[j];
-                v[j + half] = b * cs[j] + a * sn[j];
-            }
-        }
-    }
-}
-
 static void cpu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
                            const int32_t *pos, float theta_base, float freq_scale) {
     (void)be;
@@ -210,7 +183,6 @@ static const ls_backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
-    .rope = cpu_rope,
     .rope_pairs = cpu_rope_pairs,
     .attention = cpu_attention,
     .gelu_mul = cpu_gelu_mul,
