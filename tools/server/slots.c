@@ -257,6 +257,33 @@ static void run_job(srv_slot *slot, srv_job *j) {
         int32_t pos = ls_session_pos(slot->session);
         slot->n_cached = rc == LS_OK ? (pos < slot->n_hist ? pos : slot->n_hist) : 0;
     }
+    /* Server counters first, so /metrics already includes this request when its client has
+     * the response (lock order: s->mu is never taken while holding a job's mutex). */
+    pthread_mutex_lock(&j->mu);
+    bool cancelled = j->cancel || atomic_load(&s->stopping);
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&s->mu);
+    s->prompt_tokens += (unsigned long long)st.n_prompt;
+    s->prompt_tokens_cached += (unsigned long long)st.n_prompt_cached;
+    s->generated_tokens += (unsigned long long)st.n_generated;
+    if (cancelled) s->cancelled++;
+    if (gp.drafter && rc == LS_OK) {
+        s->spec_requests++;
+        s->spec_rounds += (unsigned long long)st.rounds;
+        s->spec_drafted += (unsigned long long)st.proposed;
+        s->spec_accepted += (unsigned long long)st.accepted;
+        for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++) {
+            s->spec_accepted_at[i] += (unsigned long long)st.accepted_at[i];
+            s->spec_proposed_at[i] += (unsigned long long)st.proposed_at[i];
+        }
+        if (st.spec_declined) {
+            s->spec_declined++;
+            snprintf(s->spec_state, sizeof s->spec_state, "declined");
+            snprintf(s->spec_detail, sizeof s->spec_detail, "%s (last request)", st.spec_declined);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+
     pthread_mutex_lock(&j->mu);
     j->stats = st;
     if (rc != LS_OK && !j->status) {
@@ -266,7 +293,6 @@ static void run_job(srv_slot *slot, srv_job *j) {
     if (!j->text.hit) lss_stop_finish(&j->text);
     const char *sr = st.stop_reason ? st.stop_reason : "length";
     j->finish_reason = j->text.hit || !strcmp(sr, "eos") ? "stop" : "length";
-    bool cancelled = j->cancel || atomic_load(&s->stopping);
     if (j->req.stream) {
         /* What the stop buffer held back, then the final chunk(s) and [DONE]. */
         if (j->status) {
@@ -293,28 +319,6 @@ static void run_job(srv_slot *slot, srv_job *j) {
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-
-    pthread_mutex_lock(&s->mu);
-    s->prompt_tokens += (unsigned long long)st.n_prompt;
-    s->prompt_tokens_cached += (unsigned long long)st.n_prompt_cached;
-    s->generated_tokens += (unsigned long long)st.n_generated;
-    if (cancelled) s->cancelled++;
-    if (gp.drafter && rc == LS_OK) {
-        s->spec_requests++;
-        s->spec_rounds += (unsigned long long)st.rounds;
-        s->spec_drafted += (unsigned long long)st.proposed;
-        s->spec_accepted += (unsigned long long)st.accepted;
-        for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++) {
-            s->spec_accepted_at[i] += (unsigned long long)st.accepted_at[i];
-            s->spec_proposed_at[i] += (unsigned long long)st.proposed_at[i];
-        }
-        if (st.spec_declined) {
-            s->spec_declined++;
-            snprintf(s->spec_state, sizeof s->spec_state, "declined");
-            snprintf(s->spec_detail, sizeof s->spec_detail, "%s (last request)", st.spec_declined);
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
 }
 
 static int32_t common_prefix(const srv_slot *sl, const srv_job *j) {
