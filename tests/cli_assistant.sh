@@ -13,12 +13,8 @@ H="$DATA/hf"
 [ -d "$H/gemma4_dense_assistant" ] || { echo "skip: no $H"; exit 77; }
 fail=0
 TMP=$(mktemp -d)
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+source "$(cd "$(dirname "$0")" && pwd)/server/serve_lib.sh"
+trap 'serve_cleanup; rm -rf "$TMP"' EXIT INT TERM
 
 PROMPT="The tiny model says"
 for pair in gemma4_dense:gemma4_dense_assistant gemma4_ple:gemma4_ple_assistant; do
@@ -53,15 +49,7 @@ if [ "$rc" -ne 1 ] || ! grep -qi "assistant" <<<"$err"; then echo "FAIL: mismatc
 [ $? -eq 2 ] || { echo "FAIL: --draft assistant without --model-draft should exit 2"; fail=1; }
 
 # the server on a checkpoint directory, drafting with the assistant
-"$CLI" serve -m "$H/gemma4_dense" --model-draft "$H/gemma4_dense_assistant" --port 0 -c 512 -t 2 >"$TMP/serve.log" 2>&1 &
-PID=$!
-URL=
-for _ in $(seq 600); do
-  kill -0 "$PID" 2>/dev/null || { echo "FAIL: serve exited: $(cat "$TMP/serve.log")"; exit 1; }
-  [ -z "$URL" ] && URL=$(grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$TMP/serve.log" | head -1 | sed 's/^listening on //')
-  [ -n "$URL" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && break
-  sleep 0.1
-done
+serve_start 60 -m "$H/gemma4_dense" --model-draft "$H/gemma4_dense_assistant" -c 512 -t 2
 health=$(curl -s "$URL/health")
 grep -q '"passed"' <<<"$health" || { echo "FAIL: /health speculation not passed: $health"; fail=1; }
 resp=$(curl -s "$URL/v1/completions" -H 'Content-Type: application/json' \
@@ -71,4 +59,5 @@ got=$(python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["choices"][0]
 want=$(head -c -1 "$TMP/run48") # run ends its output with a newline
 if [ "$got" != "$want" ]; then echo "FAIL: serve text differs from run: [$got] vs [$want]"; fail=1; fi
 [ "$(tail -1 "$TMP/draft_n")" -gt 0 ] || { echo "FAIL: serve did not draft: $resp"; fail=1; }
+serve_stop 30 || fail=1
 exit $fail

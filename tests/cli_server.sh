@@ -26,32 +26,10 @@ if ! "$PY" -c "import pytest, openai" 2>/dev/null; then
   echo "skip: python packages pytest and openai are needed (pip install pytest openai)"; exit 77
 fi
 
-LOG=$(mktemp /tmp/lockstep-serve.XXXXXX)
-PID=
-cleanup() {
-  if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-    kill -TERM "$PID" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$PID" 2>/dev/null
-  fi
-  rm -f "$LOG"
-}
-trap cleanup EXIT INT TERM
+source "$HERE/server/serve_lib.sh"
 
 CTX=2048
-"$CLI" serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 4 -c $CTX --timeout 120 >"$LOG" 2>&1 &
-PID=$!
-URL=
-for _ in $(seq 600); do # <= 60 s
-  kill -0 "$PID" 2>/dev/null || { echo "FAIL: server exited:"; cat "$LOG"; exit 1; }
-  [ -z "$URL" ] && URL=$(grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$LOG" | head -1 | sed 's/^listening on //')
-  if [ -n "$URL" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; then break; fi
-  sleep 0.1
-done
-if [ -z "$URL" ] || [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" != 200 ]; then
-  echo "FAIL: server not healthy within 60 s:"; cat "$LOG"; exit 1
-fi
-echo "server: $URL"
+serve_start 60 -m "$MODEL" --parallel 4 -c $CTX --timeout 120
 
 # curl, as a user would: raw SSE framing and error answers (status + OpenAI-style body).
 curl_fail=0
@@ -77,9 +55,9 @@ check_err 400 invalid_request_error "${J[@]}" -d '{"messages": []}' "$URL/v1/cha
 check_err 400 invalid_request_error "${J[@]}" -d '{"prompt": "x", "n": 2}' "$URL/v1/completions"
 check_err 400 invalid_request_error "${J[@]}" --data-binary $'{"prompt": "\xff\xfe"}' "$URL/v1/completions"
 check_err 404 invalid_request_error "$URL/v1/nope"
-head -c 9000000 /dev/zero | tr '\0' 'a' >"$LOG.big"
-check_err 413 invalid_request_error "${J[@]}" --data-binary @"$LOG.big" "$URL/v1/completions"
-rm -f "$LOG.big"
+head -c 9000000 /dev/zero | tr '\0' 'a' >"$SERVE_LOG.big"
+check_err 413 invalid_request_error "${J[@]}" --data-binary @"$SERVE_LOG.big" "$URL/v1/completions"
+rm -f "$SERVE_LOG.big"
 [ "$curl_fail" -eq 0 ] && echo "curl: SSE framing and 7 error answers ok"
 
 LOCKSTEP_SERVER_URL=$URL LOCKSTEP_SERVER_CTX=$CTX LOCKSTEP_MODEL=$MODEL LOCKSTEP_CLI=$CLI \
@@ -87,12 +65,6 @@ LOCKSTEP_SERVER_URL=$URL LOCKSTEP_SERVER_CTX=$CTX LOCKSTEP_MODEL=$MODEL LOCKSTEP
 rc=$?
 
 # The main server must still be alive and shut down cleanly on SIGTERM with exit 0.
-if ! kill -0 "$PID" 2>/dev/null; then echo "FAIL: server died during the tests:"; tail -50 "$LOG"; rc=1; fi
-kill -TERM "$PID" 2>/dev/null
-src=
-for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$PID" 2>/dev/null; then echo "FAIL: server ignored SIGTERM for 10 s"; rc=1; else wait "$PID"; src=$?; fi
-if [ -n "$src" ] && [ "$src" -ne 0 ]; then echo "FAIL: server exit status $src after SIGTERM"; tail -20 "$LOG"; rc=1; fi
-PID=
+serve_stop 10 || rc=1
 [ "$curl_fail" -ne 0 ] && rc=1
 exit $rc

@@ -20,17 +20,7 @@ if ! "$PY" -c "import pytest, openai" 2>/dev/null; then
   echo "skip: python packages pytest and openai are needed (pip install pytest openai)"; exit 77
 fi
 
-LOG=$(mktemp /tmp/lockstep-serve-load.XXXXXX)
-PID=
-cleanup() {
-  if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-    kill -TERM "$PID" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$PID" 2>/dev/null
-  fi
-  rm -f "$LOG"
-}
-trap cleanup EXIT INT TERM
+source "$HERE/server/serve_lib.sh"
 
 # Under AddressSanitizer freed memory sits in the quarantine (256 MiB by default) instead of
 # going back to the allocator, which would swamp the RSS check: the server runs with a 16 MiB
@@ -43,34 +33,11 @@ if [ -z "${LOCKSTEP_LOAD_RSS_SLACK_MIB:-}" ] && grep -q __asan_init "$CLI" 2>/de
 fi
 
 CTX=2048
-"$CLI" serve -m "$MODEL" --host 127.0.0.1 --port 0 --parallel 4 -c $CTX --timeout 120 >"$LOG" 2>&1 &
-PID=$!
-URL=
-for _ in $(seq 1200); do # <= 120 s (sanitizer builds load slowly)
-  kill -0 "$PID" 2>/dev/null || { echo "FAIL: server exited:"; cat "$LOG"; exit 1; }
-  [ -z "$URL" ] && URL=$(grep -oE 'listening on http://127\.0\.0\.1:[0-9]+' "$LOG" | head -1 | sed 's/^listening on //')
-  if [ -n "$URL" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ]; then break; fi
-  sleep 0.1
-done
-if [ -z "$URL" ] || [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" != 200 ]; then
-  echo "FAIL: server not healthy within 120 s:"; cat "$LOG"; exit 1
-fi
-echo "server: $URL (pid $PID)"
+serve_start 120 -m "$MODEL" --parallel 4 -c $CTX --timeout 120 # sanitizer builds load slowly
 
 LOCKSTEP_SERVER_URL=$URL LOCKSTEP_SERVER_PID=$PID LOCKSTEP_MODEL=$MODEL LOCKSTEP_CLI=$CLI \
   timeout 900 "$PY" -m pytest -q -x -s -p no:cacheprovider "$HERE/server/test_load.py" "$@"
 rc=$?
 
-# The server must still be alive, must not have logged a sanitizer report, and must shut
-# down cleanly on SIGTERM with exit 0.
-if ! kill -0 "$PID" 2>/dev/null; then echo "FAIL: server died during the load:"; tail -50 "$LOG"; rc=1; fi
-kill -TERM "$PID" 2>/dev/null
-src=
-for _ in $(seq 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$PID" 2>/dev/null; then echo "FAIL: server ignored SIGTERM for 30 s"; rc=1; else wait "$PID"; src=$?; fi
-if [ -n "$src" ] && [ "$src" -ne 0 ]; then echo "FAIL: server exit status $src after SIGTERM"; tail -40 "$LOG"; rc=1; fi
-if grep -qE 'ERROR: (Address|Leak|Thread)Sanitizer|runtime error:' "$LOG"; then
-  echo "FAIL: sanitizer report in the server log:"; grep -A30 -E 'ERROR: (Address|Leak|Thread)Sanitizer|runtime error:' "$LOG" | head -80; rc=1
-fi
-PID=
+serve_stop 30 || rc=1
 exit $rc

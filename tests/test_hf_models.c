@@ -228,14 +228,54 @@ static void test_kv_precision(void **state) {
 
 /* One prefill == one token at a time == chunks of 3 and 7, bit for bit; the drafter's view
  * (final-normed hidden rows, the KV sources) is filled. */
+/* Several sessions in ONE forward step (what the server's batcher runs): sequence 0 at
+ * positions 20..24, sequence 1 at 33 (one decode row), sequence 0 again from 3..14 with logits
+ * for its last 8 rows only, on a 1-thread backend; every logits row must equal the same
+ * position of a plain prefill (2 threads). ref[q] = that prefill's logits of sequence q. */
+static void shared_step(ls_model *m, const int32_t *toks, const float *ref0, const float *ref1) {
+    enum { NS = 3 };
+    const int32_t seq[NS] = {0, 1, 0}, pre[NS] = {20, 33, 3}, rows[NS] = {5, 1, 12}, from[NS] = {0, 0, 4};
+    ls_session *ss[NS];
+    float *got[NS];
+    ls_fwd_seg segs[NS];
+    char err[512];
+    for (int i = 0; i < NS; i++) {
+        ss[i] = new_session(m, 64, 0);
+        const int32_t *t = toks + seq[i] * SEQ;
+        if (ls_session_eval(ss[i], t, pre[i], pre[i], NULL, err, sizeof err) != LS_OK) fail_msg("eval: %s", err);
+        got[i] = malloc(sizeof(float) * (size_t)(rows[i] * VOCAB));
+        segs[i] =
+            (ls_fwd_seg){.s = ss[i], .tokens = t + pre[i], .n = rows[i], .logits_from = from[i], .logits = got[i]};
+        assert_int_equal(ls_fwd_prepare(&segs[i], 64, err, sizeof err), LS_OK);
+    }
+    ls_backend *be = ls_backend_cpu_create(1, 64, ls_model_max_cols(m), 128);
+    ls_workspace ws;
+    assert_int_equal(ls_workspace_init(&ws, m, 64, 32), 0);
+    ls_gemma_forward(be, &ws, segs, NS);
+    for (int i = 0; i < NS; i++) {
+        const float *ref = seq[i] ? ref1 : ref0;
+        for (int r = from[i]; r < rows[i]; r++)
+            if (memcmp(got[i] + (size_t)(r - from[i]) * VOCAB, ref + (size_t)(pre[i] + r) * VOCAB,
+                       sizeof(float) * VOCAB) != 0)
+                fail_msg("shared step: segment %d row at position %d differs from a plain prefill", i, pre[i] + r);
+        ls_session_free(ss[i]);
+        free(got[i]);
+    }
+    ls_workspace_free(&ws);
+    be->ops->free(be);
+}
+
 static void invariance(const char *fx) {
     ls_model *m = open_fixture(fx);
     int32_t *toks = golden(fx, "tokens.i32", sizeof(int32_t) * 2 * SEQ);
     size_t bytes = sizeof(float) * SEQ * VOCAB;
     float *a = malloc(bytes), *b = malloc(bytes);
     ls_session *s = new_session(m, 64, 0);
+    float *ref1 = malloc(bytes);
+    eval_seq(s, toks + SEQ, SEQ, ref1);
     for (int q = 0; q < 2; q++) {
         eval_seq(s, toks + q * SEQ, SEQ, a);
+        if (q == 0) shared_step(m, toks, a, ref1);
         assert_int_equal(ls_session_n_hidden(s), SEQ);
         static const int chunks[] = {1, 3, 7};
         for (size_t c = 0; c < 3; c++) {
@@ -252,6 +292,7 @@ static void invariance(const char *fx) {
     ls_session_free(s);
     free(a);
     free(b);
+    free(ref1);
     free(toks);
     char msg[512], err[512];
     for (int k = 2; k <= 8; k++) {

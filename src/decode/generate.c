@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "decode/adaptive.h"
 #include "decode/drafter.h"
@@ -20,12 +20,6 @@
 #include "decode/rng.h"
 #include "decode/sampler.h"
 #include "lockstep.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 ls_gen_params ls_gen_default_params(void) {
     ls_gen_params p = {.n_predict = 256, .sampling = ls_sampling_default(), .block_size = 4, .adaptive = true};
@@ -149,11 +143,11 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         if (maxd > remaining - 1) maxd = remaining - 1;
         if (maxd > g->n_ctx - n) maxd = g->n_ctx - n;
         if (maxd < 0) maxd = 0;
-        double t0 = now_ms();
+        double t0 = ls_now_ms();
         int32_t nd = maxd > 0 ? gp->drafter->ops->propose(gp->drafter, g->s, g->hist, n, maxd, &gp->sampling,
                                                           gp->spec_sampling == LS_SPEC_REJECTION, drafts)
                               : 0;
-        double t1 = now_ms();
+        double t1 = ls_now_ms();
         block[0] = g->hist[n - 1];
         memcpy(block + 1, drafts, sizeof(int32_t) * (size_t)nd);
         int rc = eval(g, block, nd + 1, 0, logits_buf, err, errlen);
@@ -176,7 +170,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
             }
             if (!hit) break;
         }
-        double t2 = now_ms(); /* verify = the block forward + choosing its tokens */
+        double t2 = ls_now_ms(); /* verify = the block forward + choosing its tokens */
         /* Roll the target back to the last emitted token (it is the next bonus): the cache
          * then holds the bonus and the accepted drafts, all equal to the history. Also when
          * generation ended, so the cache never holds a rejected draft (prefix reuse relies
@@ -187,7 +181,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
             return LS_ERR;
         }
         if (!ended) gp->drafter->ops->rollback(gp->drafter, new_n - 1);
-        double t3 = now_ms();
+        double t3 = ls_now_ms();
         st->rounds++;
         st->emitted += emitted;
         if (nd > 0) {
@@ -237,10 +231,10 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
         return LS_ERR_ARG;
     }
     if (spec && !gp->skip_probe) {
-        double tp = now_ms();
+        double tp = ls_now_ms();
         ls_probe_result pr;
         ls_probe_run_cached(s, ls_drafter_name(gp->drafter), gp->block_size, &pr);
-        st.probe_ms = now_ms() - tp;
+        st.probe_ms = ls_now_ms() - tp;
         if (!pr.passed) {
             if (gp->allow_inexact) {
                 /* Once per process at WARN (a server would repeat it per request), then DEBUG. */
@@ -276,7 +270,7 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
                    .cb = cb,
                    .ud = ud,
                    .st = &st};
-    double t0 = now_ms();
+    double t0 = ls_now_ms();
     /* Keep a reused prefix if the cache can resume after it; the last prompt token always
      * runs (its logits choose the first token). */
     int32_t keep = gp->n_reuse < n_prompt - 1 ? gp->n_reuse : n_prompt - 1;
@@ -289,7 +283,7 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
     st.n_prompt_cached = keep;
     if (spec) gp->drafter->ops->rollback(gp->drafter, 0);
     if (rc == LS_OK) rc = prefill(&g, prompt + keep, n_prompt - keep, logits, err, errlen);
-    double t1 = now_ms();
+    double t1 = ls_now_ms();
     st.prefill_ms = t1 - t0;
     st.speculative = spec;
     if (rc == LS_OK && budget > 0 && !g.done)
@@ -297,7 +291,7 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
     char text[64];
     int n = ls_detok_finish(&g.dt, text, sizeof text);
     if (n > 0 && cb) cb(text, (size_t)n, ud);
-    st.decode_ms = now_ms() - t1;
+    st.decode_ms = ls_now_ms() - t1;
     ls_session_idle(s);
     if (stats) *stats = st;
     free(hist);
