@@ -70,6 +70,16 @@ int ls_detok_finish(ls_detok *st, char *out, int cap);
 
 /* ---- sessions and forward passes ------------------------------------------------ */
 
+/* Devices (docs/cuda.md): "cpu", or "cuda" in builds with LOCKSTEP_CUDA on a machine with
+ * an NVIDIA GPU. The model's device is what its sessions, batchers and drafters use unless
+ * their parameters name another; it starts as the default ("cuda" when built with CUDA and
+ * a GPU is present, else "cpu"). Setting it makes the weights readable there (the CUDA
+ * device uploads them once). "auto" or NULL = the default. */
+int ls_model_set_device(ls_model *m, const char *device, char *err, size_t errlen);
+const char *ls_model_device(const ls_model *m);
+/* Human-readable name of the device behind a kind ("NVIDIA H200", "cpu-avx2"). */
+const char *ls_device_name_of(const char *kind);
+
 typedef struct {
     int32_t n_ctx;     /* context length; 0 = the model's training context */
     int32_t n_threads; /* 0 = all cores */
@@ -77,6 +87,7 @@ typedef struct {
     /* KV cache element type: 0 = the model's default (f32 for checkpoint directories,
      * f16 for GGUF files), 1 = f16, 2 = f32. */
     int32_t kv_type;
+    const char *device; /* "cpu", "cuda"; NULL = the model's device */
 } ls_session_params;
 ls_session_params ls_session_default_params(void);
 
@@ -89,6 +100,7 @@ int32_t ls_session_pos(const ls_session *s); /* tokens in the cache */
 int32_t ls_session_n_vocab(const ls_session *s);
 int32_t ls_session_n_batch(const ls_session *s);
 int32_t ls_session_n_threads(const ls_session *s);
+const char *ls_session_device(const ls_session *s); /* "cpu" or "cuda" */
 const ls_model *ls_session_model(const ls_session *s);
 
 /* Run n tokens (n <= n_batch) at positions pos..pos+n-1, appending to the KV cache.
@@ -115,6 +127,7 @@ typedef struct {
     int32_t max_rows;       /* most rows in one step; 0 = 256 */
     int32_t max_logit_rows; /* most logits rows in one step; 0 = min(64, max_rows) */
     int32_t n_ctx;          /* longest context of an attached session; 0 = the model's */
+    const char *device;     /* NULL = the model's device; attached sessions must use the same */
 } ls_batcher_params;
 ls_batcher_params ls_batcher_default_params(void);
 int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out, char *err, size_t errlen);

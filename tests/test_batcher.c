@@ -87,7 +87,7 @@ static void test_segments_match_solo(void **state) {
     /* The batched step, with two threads (the solo runs used one). */
     ls_backend *be = ls_backend_cpu_create(2, 64, 256, 512);
     ls_workspace ws;
-    assert_int_equal(ls_workspace_init(&ws, g_model, 64, 32), 0);
+    assert_int_equal(ls_workspace_init(&ws, be, g_model, 64, 32), 0);
     ls_fwd_seg segs[NS];
     int32_t toks[NS][16];
     for (int i = 0; i < NS; i++) {

@@ -250,7 +250,7 @@ static void shared_step(ls_model *m, const int32_t *toks, const float *ref0, con
     }
     ls_backend *be = ls_backend_cpu_create(1, 64, ls_model_max_cols(m), 128);
     ls_workspace ws;
-    assert_int_equal(ls_workspace_init(&ws, m, 64, 32), 0);
+    assert_int_equal(ls_workspace_init(&ws, be, m, 64, 32), 0);
     ls_gemma_forward(be, &ws, segs, NS);
     for (int i = 0; i < NS; i++) {
         const float *ref = seq[i] ? ref1 : ref0;

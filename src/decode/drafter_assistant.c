@@ -17,19 +17,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "decode/drafter.h"
 #include "format/hf_config.h"
 #include "model/assistant.h"
 #include "model/model.h"
 #include "model/session.h"
 
+/* The drafter runs on the target's device (it reads the target's K/V and hidden rows
+ * there); emb, h and tok are that backend's memory, logits and hist host memory. */
 typedef struct {
     ls_assistant *a;
+    const ls_device_kind *kind;
+    bool mapped;
     ls_backend *be;
     const ls_model *target;
     int32_t vocab, bb, n_ctx;
-    float *emb, *h, *logits; /* [bb], [bb], [vocab] */
-    int32_t *hist;           /* [n_ctx] history + drafts, for the sampler's penalties */
+    float *emb, *h;  /* [bb], [bb] */
+    int32_t *tok;    /* [1] */
+    float *logits;   /* [vocab] */
+    int32_t *hist;   /* [n_ctx] history + drafts, for the sampler's penalties */
 } asst_impl;
 
 static void kv_view(const ls_kv_layer *c, int32_t n_kv, int32_t hd, ls_asst_kv *v) {
@@ -60,13 +67,15 @@ static int32_t asst_propose(ls_drafter *d, ls_session *target, const int32_t *hi
     ls_sampling g = *sp;
     if (greedy) g.temperature = 0;
     memcpy(ai->hist, hist, sizeof(int32_t) * (size_t)n);
-    memcpy(ai->h, hprev, sizeof(float) * (size_t)ai->bb);
+    const ls_backend_ops *op = ai->be->ops;
+    op->copy(ai->be, ai->h, hprev, sizeof(float) * (size_t)ai->bb);
     const ls_weight *E = &ai->target->tok_embd;
     float scale = ai->target->cfg.embd_scale;
     int32_t tok = hist[n - 1], cnt = 0;
     while (cnt < max) {
-        ai->be->ops->get_rows(ai->be, E, &tok, 1, ai->emb);
-        for (int32_t i = 0; i < ai->bb; i++) ai->emb[i] *= scale;
+        op->upload(ai->be, ai->tok, &tok, sizeof tok);
+        op->get_rows(ai->be, E, ai->tok, 1, ai->emb);
+        op->scale(ai->be, ai->emb, scale, ai->bb);
         /* hprev (ai->h) is consumed first, so hnext may overwrite it */
         if (ls_assistant_step(ai->a, ai->be, ai->emb, ai->h, P, cs ? &vs : NULL, cf ? &vf : NULL, ai->logits, ai->h) !=
             0)
@@ -85,14 +94,34 @@ static void asst_rollback(ls_drafter *d, int32_t n) {
     (void)n;
 }
 
+static int map_range(void *ud, const void *base, size_t bytes) {
+    const ls_device_kind *k = ud;
+    char err[256];
+    if (k->map_const(base, bytes, err, sizeof err) != 0) {
+        LS_ERROR("assistant drafter: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int unmap_range(void *ud, const void *base, size_t bytes) {
+    (void)bytes;
+    ((const ls_device_kind *)ud)->unmap_const(base);
+    return 0;
+}
+
 static void asst_free(ls_drafter *d) {
     if (!d) return;
     asst_impl *ai = d->impl;
     if (ai) {
-        ls_assistant_free(ai->a);
+        if (ai->be) {
+            if (ai->emb) ai->be->ops->release(ai->be, ai->emb);
+            if (ai->h) ai->be->ops->release(ai->be, ai->h);
+            if (ai->tok) ai->be->ops->release(ai->be, ai->tok);
+        }
+        if (ai->a && ai->mapped) ls_assistant_for_each_range(ai->a, unmap_range, (void *)ai->kind);
+        ls_assistant_free(ai->a); /* frees its scratch with ai->be: before the backend */
         if (ai->be) ai->be->ops->free(ai->be);
-        free(ai->emb);
-        free(ai->h);
         free(ai->logits);
         free(ai->hist);
         free(ai);
@@ -157,12 +186,31 @@ int ls_drafter_assistant_create(const char *dir, const ls_model *target, int32_t
     ls_assistant_get_info(ai->a, &inf);
     ai->vocab = inf.vocab;
     ai->bb = inf.backbone;
-    ai->be = ls_backend_cpu_create(n_threads > 0 ? n_threads : 1, 1, ls_assistant_max_cols(ai->a), n_ctx);
-    ai->emb = malloc(sizeof(float) * (size_t)ai->bb);
-    ai->h = malloc(sizeof(float) * (size_t)ai->bb);
+    ai->kind = ls_model_kind_for((ls_model *)target, NULL, err, errlen);
+    if (!ai->kind) {
+        asst_free(d);
+        return LS_ERR_ARG;
+    }
+    if (ls_assistant_for_each_range(ai->a, map_range, (void *)ai->kind) != 0) {
+        ls_assistant_for_each_range(ai->a, unmap_range, (void *)ai->kind);
+        asst_free(d);
+        snprintf(err, errlen, "out of %s memory for the assistant's weights", ai->kind->name);
+        return LS_ERR_NOMEM;
+    }
+    ai->mapped = true;
+    ls_backend_params bp = {.n_threads = n_threads > 0 ? n_threads : 1,
+                            .max_rows = 1,
+                            .max_cols = ls_assistant_max_cols(ai->a),
+                            .max_keys = n_ctx};
+    ai->be = ai->kind->create(&bp);
+    if (ai->be) {
+        ai->emb = ai->be->ops->alloc(ai->be, sizeof(float) * (size_t)ai->bb);
+        ai->h = ai->be->ops->alloc(ai->be, sizeof(float) * (size_t)ai->bb);
+        ai->tok = ai->be->ops->alloc(ai->be, sizeof(int32_t));
+    }
     ai->logits = malloc(sizeof(float) * (size_t)ai->vocab);
     ai->hist = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    if (!ai->be || !ai->emb || !ai->h || !ai->logits || !ai->hist) {
+    if (!ai->be || !ai->emb || !ai->h || !ai->tok || !ai->logits || !ai->hist) {
         asst_free(d);
         snprintf(err, errlen, "out of memory creating the assistant drafter");
         return LS_ERR_NOMEM;

@@ -98,6 +98,7 @@ int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_c
     ls_session_params p = ls_session_default_params();
     p.n_ctx = n_ctx;
     p.n_threads = n_threads;
+    p.device = ls_model_device(target); /* drafts run where the target runs */
     int rc = ls_session_create(draft, &p, &mi->s, err, errlen);
     if (rc != LS_OK) {
         model_free(d);

@@ -703,6 +703,11 @@ int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
     return 0;
 }
 
+void gguf_mapping(const gguf_file *f, const void **base, size_t *size) {
+    *base = f->base;
+    *size = f->size;
+}
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
     free(f->kvs);

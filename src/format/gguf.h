@@ -69,6 +69,8 @@ typedef struct {
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;
+/* The file bytes the tensors point into (the whole mapping). */
+void gguf_mapping(const gguf_file *f, const void **base, size_t *size);
 
 /* Open and validate. On failure returns non-zero, *out = NULL, and writes a message naming
  * the problem (e.g. "tensor 'blk.0.attn_q.weight': data [off, end) past end of file (size N)"). */

@@ -96,6 +96,15 @@ __attribute__((format(printf, 4, 5))) static void st_fail(st_ctx *c, const char 
  * Set
  * ------------------------------------------------------------------------------------- */
 
+int32_t ls_st_n_files(const ls_st_set *s) {
+    return s->n_files;
+}
+
+void ls_st_file_mapping(const ls_st_set *s, int32_t i, const void **base, size_t *size) {
+    *base = s->files[i].map;
+    *size = s->files[i].map ? s->files[i].size : 0;
+}
+
 void ls_st_close(ls_st_set *s) {
     if (!s) return;
     for (int64_t i = 0; i < s->n_tensors; i++) free((char *)s->tensors[i].name);

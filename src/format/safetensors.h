@@ -59,6 +59,9 @@ void ls_st_close(ls_st_set *s);
  * checks as ls_st_open_file. For the fuzz target and tests. */
 int ls_st_validate_buffer(const uint8_t *buf, size_t len, char *err, size_t errlen);
 
+/* The mapped bytes of file i (< ls_st_n_files) that tensors point into. */
+int32_t ls_st_n_files(const ls_st_set *s);
+void ls_st_file_mapping(const ls_st_set *s, int32_t i, const void **base, size_t *size);
 int64_t ls_st_count(const ls_st_set *s);
 const ls_st_tensor *ls_st_at(const ls_st_set *s, int64_t i);
 /* NULL when absent. */

@@ -7,6 +7,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+/* Included by the CUDA sources (compiled as C++). */
+#define _Static_assert static_assert
+extern "C" {
+#ifdef __cplusplus
+}
+#endif
+
+#endif
+
 typedef enum {
     LS_TYPE_F32 = 0,
     LS_TYPE_F16 = 1,
@@ -103,5 +113,9 @@ const ls_type_traits *ls_type_get(uint32_t type);
 const char *ls_type_name(uint32_t type); /* "?" if unknown */
 /* Bytes for a row of n elements; 0 if n is not a multiple of the block or overflows. */
 size_t ls_row_size(uint32_t type, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -43,9 +43,13 @@ struct ls_assistant {
     bool centroid_head, quantized;
     int32_t n_centroids, top_k, per_cluster;
     int32_t *ordering; /* [vocab] */
-    /* scratch */
+    /* Scratch in the memory of backend `be` (bound at the first step; docs/cuda.md 3) */
+    ls_backend *be;
     float *x, *h, *a, *t, *q, *att, *gate, *up, *emb, *hcur, *logits;
     float *cscore, *crows, *clogits;
+    int32_t *qpos, *tok, *dcand;
+    /* host side: centroid scores / candidate logits read back, candidate ids */
+    float *h_cscore, *h_clogits;
     int32_t *cand, *csel;
     char err[256];
 };
@@ -405,23 +409,10 @@ int ls_assistant_load(const char *dir, ls_assistant **out, char *err, size_t err
         load_ordering(&L);
     }
     if (L.failed) goto fail;
-    int64_t mx = a->hidden > a->bb ? a->hidden : a->bb;
-    a->x = falloc(&L, 2 * (int64_t)a->bb);
-    a->h = falloc(&L, a->hidden);
-    a->a = falloc(&L, a->hidden);
-    a->t = falloc(&L, mx);
-    a->q = falloc(&L, a->max_qdim);
-    a->att = falloc(&L, a->max_qdim);
-    a->gate = falloc(&L, a->max_inter);
-    a->up = falloc(&L, a->max_inter);
-    a->emb = falloc(&L, a->bb);
-    a->hcur = falloc(&L, a->bb);
-    a->logits = falloc(&L, a->vocab);
     if (a->centroid_head) {
         int64_t nc = (int64_t)a->top_k * a->per_cluster;
-        a->cscore = falloc(&L, a->n_centroids);
-        a->crows = falloc(&L, nc * a->hidden);
-        a->clogits = falloc(&L, nc);
+        a->h_cscore = falloc(&L, a->n_centroids);
+        a->h_clogits = falloc(&L, nc);
         a->cand = malloc(sizeof(int32_t) * (size_t)nc);
         a->csel = malloc(sizeof(int32_t) * (size_t)a->top_k);
         if (!a->cand || !a->csel) lfail(&L, "assistant: out of memory");
@@ -432,6 +423,75 @@ int ls_assistant_load(const char *dir, ls_assistant **out, char *err, size_t err
 fail:
     ls_assistant_free(a);
     return -1;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Scratch: backend buffers, made for the backend of the first step (and remade if a later
+ * step comes with another one)
+ * ------------------------------------------------------------------------------------- */
+
+static void scratch_release(ls_assistant *a) {
+    if (!a->be) return;
+    void *bufs[] = {a->x,   a->h,      a->a,      a->t,       a->q,    a->att,  a->gate,  a->up,
+                    a->emb, a->hcur,   a->logits, a->cscore,  a->crows, a->clogits, a->qpos, a->tok, a->dcand};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) a->be->ops->release(a->be, bufs[i]);
+    a->x = a->h = a->a = a->t = a->q = a->att = a->gate = a->up = a->emb = a->hcur = a->logits = NULL;
+    a->cscore = a->crows = a->clogits = NULL;
+    a->qpos = a->tok = a->dcand = NULL;
+    a->be = NULL;
+}
+
+static int scratch_bind(ls_assistant *a, ls_backend *be) {
+    if (a->be == be) return 0;
+    scratch_release(a);
+    a->be = be;
+    int64_t mx = a->hidden > a->bb ? a->hidden : a->bb, nc = (int64_t)a->top_k * a->per_cluster;
+    bool fail = false;
+#define SALLOC(ptr, n)                                                                                                     do {                                                                                                                       if ((n) > 0 && !((ptr) = be->ops->alloc(be, sizeof(*(ptr)) * (size_t)(n)))) fail = true;                         } while (0)
+    SALLOC(a->x, 2 * (int64_t)a->bb);
+    SALLOC(a->h, a->hidden);
+    SALLOC(a->a, a->hidden);
+    SALLOC(a->t, mx);
+    SALLOC(a->q, a->max_qdim);
+    SALLOC(a->att, a->max_qdim);
+    SALLOC(a->gate, a->max_inter);
+    SALLOC(a->up, a->max_inter);
+    SALLOC(a->emb, a->bb);
+    SALLOC(a->hcur, a->bb);
+    SALLOC(a->logits, a->vocab);
+    SALLOC(a->qpos, 1);
+    SALLOC(a->tok, 1);
+    if (a->centroid_head) {
+        SALLOC(a->cscore, a->n_centroids);
+        SALLOC(a->crows, nc * a->hidden);
+        SALLOC(a->clogits, nc);
+        SALLOC(a->dcand, nc);
+    }
+#undef SALLOC
+    if (fail) {
+        scratch_release(a);
+        return -1;
+    }
+    return 0;
+}
+
+int ls_assistant_for_each_range(const ls_assistant *a, int (*fn)(void *ud, const void *base, size_t bytes), void *ud) {
+    const void *base;
+    size_t size;
+    for (int32_t i = 0; i < ls_st_n_files(a->st); i++) {
+        ls_st_file_mapping(a->st, i, &base, &size);
+        if (size && fn(ud, base, size) != 0) return -1;
+    }
+    size_t hb = sizeof(float) * (size_t)a->hidden;
+    if (fn(ud, a->norm, hb) != 0) return -1;
+    for (int32_t i = 0; i < a->n_layers; i++) {
+        const asst_layer *ly = &a->layers[i];
+        if (fn(ud, ly->in_ln, hb) || fn(ud, ly->post_attn_ln, hb) || fn(ud, ly->pre_ff_ln, hb) ||
+            fn(ud, ly->post_ff_ln, hb) || fn(ud, ly->q_norm, sizeof(float) * (size_t)ly->hd))
+            return -1;
+    }
+    return 0;
 }
 
 void ls_assistant_free(ls_assistant *a) {
@@ -449,20 +509,9 @@ void ls_assistant_free(ls_assistant *a) {
     }
     free(a->norm);
     free(a->ordering);
-    free(a->x);
-    free(a->h);
-    free(a->a);
-    free(a->t);
-    free(a->q);
-    free(a->att);
-    free(a->gate);
-    free(a->up);
-    free(a->emb);
-    free(a->hcur);
-    free(a->logits);
-    free(a->cscore);
-    free(a->crows);
-    free(a->clogits);
+    scratch_release(a);
+    free(a->h_cscore);
+    free(a->h_clogits);
     free(a->cand);
     free(a->csel);
     ls_st_close(a->st);
@@ -569,9 +618,14 @@ static int kv_check(ls_assistant *a, const ls_asst_kv *kv, bool sliding, int32_t
     return 0;
 }
 
+/* The sparse centroid head (spec 5.5): cluster scores on the backend, the top-k clusters'
+ * candidate ids on the host, then the candidates' logits on the backend; the full row
+ * (candidates, and a fill value below the smallest elsewhere) is built on the host. */
 static void centroid_head(ls_assistant *a, ls_backend *be, const float *h, float *logits) {
     const ls_backend_ops *op = be->ops;
     op->matmul(be, &a->centroids, h, 1, a->cscore);
+    op->download(be, a->h_cscore, a->cscore, sizeof(float) * (size_t)a->n_centroids);
+    const float *cs = a->h_cscore;
     /* top-k clusters by score, highest first, lowest index on ties (NaN never wins) */
     for (int32_t k = 0; k < a->top_k; k++) {
         int32_t best = -1;
@@ -579,8 +633,7 @@ static void centroid_head(ls_assistant *a, ls_backend *be, const float *h, float
             bool taken = false;
             for (int32_t j = 0; j < k && !taken; j++) taken = a->csel[j] == c;
             if (taken) continue;
-            if (best < 0 || a->cscore[c] > a->cscore[best] || (isnan(a->cscore[best]) && !isnan(a->cscore[c])))
-                best = c;
+            if (best < 0 || cs[c] > cs[best] || (isnan(cs[best]) && !isnan(cs[c]))) best = c;
         }
         a->csel[k] = best;
     }
@@ -588,20 +641,24 @@ static void centroid_head(ls_assistant *a, ls_backend *be, const float *h, float
     for (int32_t k = 0; k < a->top_k; k++)
         memcpy(a->cand + (int64_t)k * a->per_cluster, a->ordering + (int64_t)a->csel[k] * a->per_cluster,
                sizeof(int32_t) * (size_t)a->per_cluster);
-    /* candidate logits: gather the candidate rows (dequantized) and one f32 matmul */
-    op->get_rows(be, &a->embd, a->cand, nc, a->crows);
+    /* candidate logits: gather the candidate rows (dequantized) and one f32 matmul over
+     * them (a weight made at run time, in backend memory) */
+    op->upload(be, a->dcand, a->cand, sizeof(int32_t) * (size_t)nc);
+    op->get_rows(be, &a->embd, a->dcand, nc, a->crows);
     ls_weight cw = {.type = LS_TYPE_F32,
                     .data = a->crows,
                     .rows = nc,
                     .cols = a->hidden,
-                    .row_bytes = (uint64_t)a->hidden * sizeof(float)};
+                    .row_bytes = (uint64_t)a->hidden * sizeof(float),
+                    .in_backend = true};
     op->matmul(be, &cw, h, 1, a->clogits);
+    op->download(be, a->h_clogits, a->clogits, sizeof(float) * (size_t)nc);
     float mn = INFINITY;
     for (int32_t i = 0; i < nc; i++)
-        if (a->clogits[i] < mn) mn = a->clogits[i];
+        if (a->h_clogits[i] < mn) mn = a->h_clogits[i];
     float fill = mn - 1.0f;
     for (int32_t i = 0; i < a->vocab; i++) logits[i] = fill;
-    for (int32_t i = 0; i < nc; i++) logits[a->cand[i]] = a->clogits[i];
+    for (int32_t i = 0; i < nc; i++) logits[a->cand[i]] = a->h_clogits[i];
 }
 
 int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_scaled, const float *hprev, int32_t P,
@@ -610,22 +667,23 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
     if (P < 0) return serr(a, "assistant step: negative position %d", P);
     if (a->hd_s && kv_check(a, kv_sliding, true, a->hd_s, a->kv_s, P)) return -1;
     if (a->hd_f && kv_check(a, kv_full, false, a->hd_f, a->kv_f, P)) return -1;
+    if (scratch_bind(a, be) != 0) return serr(a, "assistant step: out of memory for its buffers on %s", op->name);
     int64_t H = a->hidden;
-    memcpy(a->x, tok_embd_scaled, sizeof(float) * (size_t)a->bb);
-    memcpy(a->x + a->bb, hprev, sizeof(float) * (size_t)a->bb);
+    op->copy(be, a->x, tok_embd_scaled, sizeof(float) * (size_t)a->bb);
+    op->copy(be, a->x + a->bb, hprev, sizeof(float) * (size_t)a->bb);
+    op->upload(be, a->qpos, &P, sizeof P);
     op->matmul(be, &a->pre, a->x, 1, a->h);
-    int32_t qpos = P;
     for (int32_t l = 0; l < a->n_layers; l++) {
         const asst_layer *ly = &a->layers[l];
         const ls_asst_kv *kv = ly->sliding ? kv_sliding : kv_full;
         /* attention: q only; K/V are the target's */
-        memcpy(a->a, a->h, sizeof(float) * (size_t)H);
+        op->copy(be, a->a, a->h, sizeof(float) * (size_t)H);
         op->rmsnorm(be, a->a, ly->in_ln, 1, H, a->eps);
         op->matmul(be, &ly->q, a->a, 1, a->q);
         op->rmsnorm(be, a->q, ly->q_norm, a->n_heads, ly->hd, a->eps);
         /* the target's rope op, so the query rotates exactly like the target's keys (spec 3.4:
          * pairs (j, j + hd/2), full layers proportional with the exponent over the full dim) */
-        be->ops->rope_pairs(be, a->q, 1, a->n_heads, ly->hd, ly->n_rot_pairs, &P, ly->theta, ly->freq_scale);
+        be->ops->rope_pairs(be, a->q, 1, a->n_heads, ly->hd, ly->n_rot_pairs, a->qpos, ly->theta, ly->freq_scale);
         ls_attn_args args = {.q = a->q,
                              .out = a->att,
                              .k = kv->k,
@@ -636,7 +694,7 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
                              .n_head = a->n_heads,
                              .n_kv = kv->n_kv,
                              .hd = ly->hd,
-                             .q_pos = &qpos,
+                             .q_pos = a->qpos,
                              .first_pos = kv->first_pos,
                              .n_slots = kv->n_slots,
                              .window = ly->sliding ? a->window : 0,
@@ -646,7 +704,7 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
         op->rmsnorm(be, a->t, ly->post_attn_ln, 1, H, a->eps);
         op->add(be, a->h, a->t, H);
         /* MLP */
-        memcpy(a->a, a->h, sizeof(float) * (size_t)H);
+        op->copy(be, a->a, a->h, sizeof(float) * (size_t)H);
         op->rmsnorm(be, a->a, ly->pre_ff_ln, 1, H, a->eps);
         op->matmul(be, &ly->gate, a->a, 1, a->gate);
         op->matmul(be, &ly->up, a->a, 1, a->up);
@@ -654,16 +712,19 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
         op->matmul(be, &ly->down, a->gate, 1, a->t);
         op->rmsnorm(be, a->t, ly->post_ff_ln, 1, H, a->eps);
         op->add(be, a->h, a->t, H);
-        for (int64_t i = 0; i < H; i++) a->h[i] *= ly->scalar;
+        op->scale(be, a->h, ly->scalar, H);
     }
     op->rmsnorm(be, a->h, a->norm, 1, H, a->eps);
     if (hnext) op->matmul(be, &a->post, a->h, 1, hnext);
     if (logits) {
-        if (a->centroid_head)
+        if (a->centroid_head) {
             centroid_head(a, be, a->h, logits);
-        else
-            op->matmul(be, &a->embd, a->h, 1, logits); /* tied dense head, no softcap */
+        } else {
+            op->matmul(be, &a->embd, a->h, 1, a->logits); /* tied dense head, no softcap */
+            op->download(be, logits, a->logits, sizeof(float) * (size_t)a->vocab);
+        }
     }
+    op->sync(be);
     return 0;
 }
 
@@ -673,23 +734,33 @@ int ls_assistant_propose(ls_assistant *a, ls_backend *be, const ls_asst_embd *em
     if (!embd || !embd->table || embd->table->cols != a->bb || embd->table->rows < a->vocab)
         return serr(a, "assistant propose: target embedding table must be [>= %d, %d]", a->vocab, a->bb);
     if (k < 0) return serr(a, "assistant propose: negative draft count %d", k);
-    memcpy(a->hcur, hprev, sizeof(float) * (size_t)a->bb);
+    if (scratch_bind(a, be) != 0) return serr(a, "assistant propose: out of memory for its buffers");
+    const ls_backend_ops *op = be->ops;
+    float *lg = malloc(sizeof(float) * (size_t)a->vocab);
+    if (!lg) return serr(a, "assistant propose: out of memory");
+    op->upload(be, a->hcur, hprev, sizeof(float) * (size_t)a->bb);
     int32_t tok = bonus;
     for (int32_t s = 0; s < k; s++) {
-        if (tok < 0 || tok >= embd->table->rows)
+        if (tok < 0 || tok >= embd->table->rows) {
+            free(lg);
             return serr(a, "assistant propose: token %d outside the target vocabulary", tok);
-        be->ops->get_rows(be, embd->table, &tok, 1, a->emb);
-        for (int32_t i = 0; i < a->bb; i++) a->emb[i] *= embd->scale;
-        float *lg = step_logits ? step_logits + (int64_t)s * a->vocab : a->logits;
+        }
+        op->upload(be, a->tok, &tok, sizeof tok);
+        op->get_rows(be, embd->table, a->tok, 1, a->emb);
+        op->scale(be, a->emb, embd->scale, a->bb);
         /* hprev is consumed at the start of the step, so hnext may land in hcur itself */
-        float *hn = step_hnext ? step_hnext + (int64_t)s * a->bb : a->hcur;
-        if (ls_assistant_step(a, be, a->emb, a->hcur, P, kv_sliding, kv_full, lg, hn) != 0) return -1;
-        if (hn != a->hcur) memcpy(a->hcur, hn, sizeof(float) * (size_t)a->bb);
+        if (ls_assistant_step(a, be, a->emb, a->hcur, P, kv_sliding, kv_full, lg, a->hcur) != 0) {
+            free(lg);
+            return -1;
+        }
+        if (step_logits) memcpy(step_logits + (int64_t)s * a->vocab, lg, sizeof(float) * (size_t)a->vocab);
+        if (step_hnext) op->download(be, step_hnext + (int64_t)s * a->bb, a->hcur, sizeof(float) * (size_t)a->bb);
         int32_t best = 0;
         for (int32_t i = 1; i < a->vocab; i++)
             if (lg[i] > lg[best]) best = i;
         out[s] = best;
         tok = best;
     }
+    free(lg);
     return k;
 }

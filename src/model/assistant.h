@@ -76,7 +76,8 @@ int ls_assistant_check_target(const ls_assistant *a, const ls_asst_target_geom *
 int64_t ls_assistant_max_cols(const ls_assistant *a);
 
 /* One drafter step at position P (spec 5.3). tok_embd_scaled: [backbone] target embedding
- * of the input token, already scaled; hprev: [backbone]. kv_sliding / kv_full: the target's
+ * of the input token, already scaled; hprev: [backbone]; both, hnext and the K/V are
+ * memory of backend be, logits a host buffer. kv_sliding / kv_full: the target's
  * shared caches (kv_sliding may be NULL when the assistant has no sliding layer, likewise
  * kv_full); they must hold every position the query may see ([P-W+1, P-1] for sliding
  * layers, [0, P-1] for full ones). Outputs logits [vocab] (NULL: skipped) and hnext
@@ -87,7 +88,7 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
 
 /* Greedy proposals (spec 5.6 step 2): step 1 feeds (bonus, hprev), step k > 1 feeds
  * (d_{k-1}, hnext of step k-1), all at position P; d_k = argmax of step k's logits (lowest id
- * on ties). Writes k tokens to out; step_logits [k][vocab] and step_hnext [k][backbone] when
+ * on ties). hprev, step_logits and step_hnext are host memory (tests use it). Writes k tokens to out; step_logits [k][vocab] and step_hnext [k][backbone] when
  * non-NULL. Returns k, or -1 (ls_assistant_error). */
 int ls_assistant_propose(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd, int32_t bonus, const float *hprev,
                          int32_t P, const ls_asst_kv *kv_sliding, const ls_asst_kv *kv_full, int32_t k, int32_t *out,
@@ -97,6 +98,10 @@ int ls_assistant_propose(ls_assistant *a, ls_backend *be, const ls_asst_embd *em
  * visible keys become [P-W-1, P-1], which reproduces transformers 5.x's drafter (see the
  * comment at the top of assistant.c); never used by the engine. */
 void ls_assistant_override_window(ls_assistant *a, int32_t window);
+
+/* Every constant host range of the assistant (mapped safetensors files, f32 norm vectors),
+ * for ls_device_kind.map_const. */
+int ls_assistant_for_each_range(const ls_assistant *a, int (*fn)(void *ud, const void *base, size_t bytes), void *ud);
 
 /* Message of the last failed step / propose. */
 const char *ls_assistant_error(const ls_assistant *a);

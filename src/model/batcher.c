@@ -37,6 +37,7 @@ typedef struct breq {
 struct ls_batcher {
     ls_model *m;
     ls_backend *be;
+    const ls_device_kind *kind;
     ls_workspace ws;
     int32_t max_rows, max_logit_rows, n_ctx;
     pthread_t th;
@@ -193,11 +194,16 @@ int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out,
         snprintf(err, errlen, "batcher: max_rows %d / max_logit_rows %d out of range", rows, lrows);
         return LS_ERR_ARG;
     }
+    const ls_device_kind *kind = ls_model_kind_for(m, p->device, err, errlen);
+    if (!kind) return LS_ERR_ARG;
+    ls_backend_params bp = {.n_threads = threads, .max_rows = rows, .max_cols = ls_model_max_cols(m), .max_keys = n_ctx};
     ls_batcher *b = calloc(1, sizeof *b);
-    if (!b || ls_workspace_init(&b->ws, m, rows, lrows) != 0) {
+    if (b) b->be = kind->create(&bp);
+    if (!b || !b->be || ls_workspace_init(&b->ws, b->be, m, rows, lrows) != 0) {
         snprintf(err, errlen, "batcher: out of memory (%.1f MiB of activations)",
                  ls_workspace_bytes(m, rows, lrows) / 1048576.0);
         if (b) ls_workspace_free(&b->ws);
+        if (b && b->be) b->be->ops->free(b->be);
         free(b);
         return LS_ERR_NOMEM;
     }
@@ -205,7 +211,7 @@ int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out,
     b->max_rows = rows;
     b->max_logit_rows = lrows;
     b->n_ctx = n_ctx;
-    b->be = ls_backend_cpu_create(threads, rows, ls_model_max_cols(m), n_ctx);
+    b->kind = kind;
     pthread_mutex_init(&b->mu, NULL);
     /* The gather wait is timed on the monotonic clock: a wall-clock step must not stall it. */
     pthread_condattr_t ca;
@@ -236,8 +242,8 @@ void ls_batcher_free(ls_batcher *b) {
     pthread_cond_destroy(&b->cv_work);
     pthread_cond_destroy(&b->cv_done);
     pthread_mutex_destroy(&b->mu);
-    if (b->be) b->be->ops->free(b->be);
     ls_workspace_free(&b->ws);
+    if (b->be) b->be->ops->free(b->be);
     free(b);
 }
 
@@ -251,11 +257,11 @@ int ls_session_attach(ls_session *s, ls_batcher *b, char *err, size_t errlen) {
         s->batcher = NULL;
     }
     if (!b) return LS_OK;
-    if (b->m != s->model || s->n_ctx > b->n_ctx || s->n_batch > b->max_rows) {
+    if (b->m != s->model || s->n_ctx > b->n_ctx || s->n_batch > b->max_rows || s->kind != b->kind) {
         snprintf(err, errlen,
-                 "attach: the session (context %d, batch %d) does not fit the batcher (context %d, %d rows) or "
+                 "attach: the session (context %d, batch %d, %s) does not fit the batcher (context %d, %d rows, %s) or "
                  "uses another model",
-                 s->n_ctx, s->n_batch, b->n_ctx, b->max_rows);
+                 s->n_ctx, s->n_batch, s->kind->name, b->n_ctx, b->max_rows, b->kind->name);
         return LS_ERR_ARG;
     }
     s->batcher = b;

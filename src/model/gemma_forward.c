@@ -14,7 +14,11 @@
  * Every op is row-independent (backend.h), so row r's bits do not depend on n, nor on the
  * other segments of a step: the rows of several sessions run through every matmul
  * together (one read of the weights for all of them), and only KV writes and attention
- * are done per segment, against that segment's own cache. */
+ * are done per segment, against that segment's own cache.
+ *
+ * Everything is a backend op over backend memory (docs/cuda.md 3): this file never reads
+ * an activation, a cache row or a logit; it uploads token ids and positions, and downloads
+ * only the logits rows asked for and (for the probe) captured stages. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,20 +27,11 @@
 #include "core/log.h"
 #include "model/session.h"
 
-static void store_kv(ls_kv_layer *c, const float *k, const float *v, int32_t pos0, int32_t n) {
-    for (int32_t r = 0; r < n; r++) {
-        const float *ks = k + (int64_t)r * c->row, *vs = v + (int64_t)r * c->row;
-        if (c->f32) {
-            memcpy(ls_kv_k(c, pos0 + r), ks, sizeof(float) * (size_t)c->row);
-            memcpy(ls_kv_v(c, pos0 + r), vs, sizeof(float) * (size_t)c->row);
-            continue;
-        }
-        uint16_t *kd = ls_kv_k(c, pos0 + r), *vd = ls_kv_v(c, pos0 + r);
-        for (int32_t i = 0; i < c->row; i++) {
-            kd[i] = ls_f32_to_f16(ks[i]);
-            vd[i] = ls_f32_to_f16(vs[i]);
-        }
-    }
+/* Rows pos0..pos0+n-1 are consecutive slots of the chronological cache. */
+static void store_kv(ls_backend *be, ls_kv_layer *c, const float *k, const float *v, int32_t pos0, int32_t n) {
+    int64_t count = (int64_t)n * c->row;
+    be->ops->kv_store(be, ls_kv_k(c, pos0), c->f32, k, count);
+    be->ops->kv_store(be, ls_kv_v(c, pos0), c->f32, v, count);
 }
 
 const char *ls_stage_name(ls_stage st) {
@@ -48,23 +43,38 @@ const char *ls_stage_name(ls_stage st) {
  * the block's last row by at least 1 and at least its own magnitude: a one-ulp flip would
  * be absorbed downstream (int8 activation quantization, f16 KV, the next RMSNorm), the
  * logits would not change and the probe would never see it. */
-static void stage_done_seg(ls_session *s, int32_t layer, ls_stage st, float *rows, int32_t n, int64_t width,
-                           int32_t pos0) {
+static void stage_done_seg(ls_backend *be, ls_workspace *ws, ls_session *s, int32_t layer, ls_stage st, float *rows,
+                           bool rows_on_host, int32_t n, int64_t width, int32_t pos0) {
+    bool host = rows_on_host || be->ops->host_memory;
     if (s->fault_on && n > 1 && layer == s->fault_layer && st == s->fault_stage) {
-        float *x = rows + (int64_t)(n - 1) * width; /* last row of the block */
-        x[0] += 1.0f + fabsf(x[0]);
+        float *x = rows + (int64_t)(n - 1) * width, v; /* first element of the block's last row */
+        if (host) {
+            x[0] += 1.0f + fabsf(x[0]);
+        } else {
+            be->ops->download(be, &v, x, sizeof v);
+            v += 1.0f + fabsf(v);
+            be->ops->upload(be, x, &v, sizeof v);
+        }
     }
-    if (s->capture) s->capture(s->capture_ud, layer, st, rows, n, width, pos0);
+    if (!s->capture) return;
+    if (host) {
+        s->capture(s->capture_ud, layer, st, rows, n, width, pos0);
+        return;
+    }
+    /* one row at a time through the [cap][n_embd] host buffer */
+    LS_ASSERT(width <= s->model->cfg.n_embd);
+    be->ops->download(be, ws->h_capture, rows, sizeof(float) * (size_t)(n * width));
+    s->capture(s->capture_ud, layer, st, ws->h_capture, n, width, pos0);
 }
 
 /* The probe hooks, per segment: rows of segment j start at row off[j] of `rows`. Only
  * sessions with a hook set pay for the loop's checks. */
-static void stage_done(ls_fwd_seg *segs, int nseg, const int32_t *off, int32_t layer, ls_stage st, float *rows,
-                       int64_t width) {
+static void stage_done(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, const int32_t *off, int32_t layer,
+                       ls_stage st, float *rows, int64_t width) {
     for (int j = 0; j < nseg; j++) {
         ls_session *s = segs[j].s;
         if (s->fault_on || s->capture)
-            stage_done_seg(s, layer, st, rows + (int64_t)off[j] * width, segs[j].n, width, s->pos);
+            stage_done_seg(be, ws, s, layer, st, rows + (int64_t)off[j] * width, false, segs[j].n, width, s->pos);
     }
 }
 
@@ -114,7 +124,7 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
         op->matmul(be, &l->wk, ws->xn, n, ws->k);
         /* k_eq_v: V is the raw K projection (before k_norm and RoPE) */
         if (l->k_eq_v)
-            memcpy(ws->v, ws->k, sizeof(float) * (size_t)(n * kvd));
+            op->copy(be, ws->v, ws->k, sizeof(float) * (size_t)(n * kvd));
         else
             op->matmul(be, &l->wv, ws->xn, n, ws->v);
         op->rmsnorm(be, ws->k, l->k_norm, (int64_t)n * nkv, hd, cfg->eps);
@@ -125,7 +135,7 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
         ls_session *s = segs[j].s;
         ls_kv_layer *c = &s->kv[l->kv_src];
         if (own_kv) {
-            store_kv(c, ws->k + off[j] * kvd, ws->v + off[j] * kvd, s->pos, segs[j].n);
+            store_kv(be, c, ws->k + off[j] * kvd, ws->v + off[j] * kvd, s->pos, segs[j].n);
             ls_kv_commit(c, s->pos + segs[j].n);
         }
         ls_attn_args a = {
@@ -151,21 +161,17 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
 
 /* PLE inputs of every row (gemma.md 3.1), from the scaled embeddings in ws->x:
  * ple = (RMSNorm_w(W_plmp h0 * H^-0.5) per layer + E_ple[token] * sqrt(P)) * 2^-0.5. */
-static void ple_inputs(ls_backend *be, ls_workspace *ws, const ls_model *m, ls_fwd_seg *segs, int nseg, int32_t n) {
+static void ple_inputs(ls_backend *be, ls_workspace *ws, const ls_model *m, int32_t n) {
     const ls_config *cfg = &m->cfg;
     const ls_backend_ops *op = be->ops;
     int64_t lp = (int64_t)cfg->n_layer * cfg->ple_dim;
     float proj_scale = 1.0f / sqrtf((float)cfg->n_embd), tok_scale = sqrtf((float)cfg->ple_dim);
     float mix = (float)(1.0 / sqrt(2.0));
     op->matmul(be, &m->ple_model_proj, ws->x, n, ws->ple);
-    for (int64_t i = 0; i < n * lp; i++) ws->ple[i] *= proj_scale;
+    op->scale(be, ws->ple, proj_scale, n * lp);
     op->rmsnorm(be, ws->ple, m->ple_proj_norm, (int64_t)n * cfg->n_layer, cfg->ple_dim, cfg->eps);
-    int32_t at = 0;
-    for (int j = 0; j < nseg; j++) {
-        op->get_rows(be, &m->ple_embd, segs[j].tokens, segs[j].n, ws->ple_tok + (int64_t)at * lp);
-        at += segs[j].n;
-    }
-    for (int64_t i = 0; i < n * lp; i++) ws->ple[i] = (ws->ple[i] + ws->ple_tok[i] * tok_scale) * mix;
+    op->get_rows(be, &m->ple_embd, ws->tokens, n, ws->ple_tok);
+    op->axpby(be, ws->ple, ws->ple_tok, tok_scale, mix, n * lp);
 }
 
 /* PLE block of one layer: x += post_norm(proj(gelu_tanh(gate x) * ple[layer])). */
@@ -175,26 +181,22 @@ static void ple_block(ls_backend *be, ls_workspace *ws, const ls_model *m, int l
     const ls_backend_ops *op = be->ops;
     int64_t p = cfg->ple_dim, lp = (int64_t)cfg->n_layer * p, d = cfg->n_embd;
     op->matmul(be, &l->ple_gate, ws->x, n, ws->gate);
-    for (int32_t r = 0; r < n; r++)
-        memcpy(ws->ple_tmp + r * p, ws->ple + r * lp + layer * p, sizeof(float) * (size_t)p);
+    op->copy_rows(be, ws->ple_tmp, p, ws->ple + layer * p, lp, p, n);
     op->gelu_mul(be, ws->gate, ws->ple_tmp, (int64_t)n * p);
     op->matmul(be, &l->ple_proj, ws->gate, n, ws->tmp);
     op->rmsnorm(be, ws->tmp, l->ple_post_norm, n, d, cfg->eps);
     op->add(be, ws->x, ws->tmp, n * d);
 }
 
-static void softcap(float *x, int64_t n, float cap) {
-    for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i] / cap) * cap;
-}
-
 /* Final norm and the tied LM head over the rows that want logits, gathered so one matmul
- * serves every segment; a single segment writes straight into its own buffer. The normed
- * rows are kept per session (ls_session_hidden). */
-static void lm_head(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, const int32_t *off) {
+ * serves every segment. The normed rows are kept per session (ls_session_hidden). On a
+ * host-memory backend a single segment's head writes straight into its logits buffer;
+ * otherwise the rows are computed in ws->logits and downloaded (after step_end). */
+static int32_t lm_head_rows(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, const int32_t *off) {
     const ls_model *m = segs[0].s->model;
     const ls_config *cfg = &m->cfg;
     const ls_backend_ops *op = be->ops;
-    int64_t d = cfg->n_embd, nv = cfg->n_vocab;
+    int64_t d = cfg->n_embd;
     int32_t nl = 0;
     for (int j = 0; j < nseg; j++) {
         ls_fwd_seg *g = &segs[j];
@@ -203,38 +205,51 @@ static void lm_head(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg
         float *h = ws->x + (int64_t)(off[j] + from) * d;
         op->rmsnorm(be, h, m->output_norm, rows, d, cfg->eps);
         if (g->s->fault_on || g->s->capture)
-            stage_done_seg(g->s, -1, LS_STAGE_FINAL_NORM, h, rows, d, g->s->pos + from);
+            stage_done_seg(be, ws, g->s, -1, LS_STAGE_FINAL_NORM, h, false, rows, d, g->s->pos + from);
         if (g->s->hidden) {
-            memcpy(g->s->hidden, h, sizeof(float) * (size_t)(rows * d));
+            op->copy(be, g->s->hidden, h, sizeof(float) * (size_t)(rows * d));
             g->s->n_hidden = rows;
             g->s->hidden_pos0 = g->s->pos + from;
         }
-        memmove(ws->xn + (int64_t)nl * d, h, sizeof(float) * (size_t)(rows * d));
+        op->copy(be, ws->xn + (int64_t)nl * d, h, sizeof(float) * (size_t)(rows * d));
         nl += rows;
     }
-    if (nl == 0) return;
+    return nl;
+}
+
+/* The head matmul itself; returns the segment written directly (host memory), or -1. */
+static int lm_head_matmul(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, int32_t nl) {
+    const ls_model *m = segs[0].s->model;
+    const ls_config *cfg = &m->cfg;
+    const ls_backend_ops *op = be->ops;
+    int64_t nv = cfg->n_vocab;
     int with = 0, only = 0;
     for (int j = 0; j < nseg; j++)
         if (segs[j].logits && segs[j].logits_from < segs[j].n) with++, only = j;
-    if (with == 1) {
-        ls_fwd_seg *g = &segs[only];
-        op->matmul(be, &m->tok_embd, ws->xn, nl, g->logits);
-        if (cfg->final_softcap > 0) softcap(g->logits, (int64_t)nl * nv, cfg->final_softcap);
-        if (g->s->fault_on || g->s->capture)
-            stage_done_seg(g->s, -1, LS_STAGE_LM_HEAD, g->logits, nl, nv, g->s->pos + g->n - nl);
-        return;
+    if (with == 1 && op->host_memory) {
+        float *out = segs[only].logits;
+        op->matmul(be, &m->tok_embd, ws->xn, nl, out);
+        if (cfg->final_softcap > 0) op->softcap(be, out, cfg->final_softcap, (int64_t)nl * nv);
+        return only;
     }
     LS_ASSERT(nl <= ws->logit_cap);
     op->matmul(be, &m->tok_embd, ws->xn, nl, ws->logits);
-    if (cfg->final_softcap > 0) softcap(ws->logits, (int64_t)nl * nv, cfg->final_softcap);
+    if (cfg->final_softcap > 0) op->softcap(be, ws->logits, cfg->final_softcap, (int64_t)nl * nv);
+    return -1;
+}
+
+/* Copy each segment's logits rows out (unless written directly) and run the probe hooks. */
+static void lm_head_out(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, int direct) {
+    int64_t nv = segs[0].s->model->cfg.n_vocab;
     int32_t at = 0;
     for (int j = 0; j < nseg; j++) {
         ls_fwd_seg *g = &segs[j];
         if (!g->logits || g->logits_from >= g->n) continue;
         int32_t from = g->logits_from < 0 ? 0 : g->logits_from, rows = g->n - from;
-        memcpy(g->logits, ws->logits + (int64_t)at * nv, sizeof(float) * (size_t)(rows * nv));
+        if (j != direct)
+            be->ops->download(be, g->logits, ws->logits + (int64_t)at * nv, sizeof(float) * (size_t)(rows * nv));
         if (g->s->fault_on || g->s->capture)
-            stage_done_seg(g->s, -1, LS_STAGE_LM_HEAD, g->logits, rows, nv, g->s->pos + from);
+            stage_done_seg(be, ws, g->s, -1, LS_STAGE_LM_HEAD, g->logits, true, rows, nv, g->s->pos + from);
         at += rows;
     }
 }
@@ -245,27 +260,39 @@ void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int ns
     const ls_backend_ops *op = be->ops;
     int64_t d = cfg->n_embd;
     int32_t off[LS_MAX_SEGS], n = 0;
+    bool hooks = false;
+    int32_t n_logit_rows = 0;
     LS_ASSERT(nseg >= 1 && nseg <= LS_MAX_SEGS);
     for (int j = 0; j < nseg; j++) {
         off[j] = n;
-        for (int32_t r = 0; r < segs[j].n; r++) ws->positions[n + r] = segs[j].s->pos + r;
-        op->get_rows(be, &m->tok_embd, segs[j].tokens, segs[j].n, ws->x + (int64_t)n * d);
+        LS_ASSERT(n + segs[j].n <= ws->cap);
+        for (int32_t r = 0; r < segs[j].n; r++) ws->h_positions[n + r] = segs[j].s->pos + r;
+        op->upload(be, ws->tokens + n, segs[j].tokens, sizeof(int32_t) * (size_t)segs[j].n);
         n += segs[j].n;
+        hooks |= segs[j].s->fault_on || segs[j].s->capture;
+        if (segs[j].logits && segs[j].logits_from < segs[j].n)
+            n_logit_rows += segs[j].n - (segs[j].logits_from < 0 ? 0 : segs[j].logits_from);
     }
-    LS_ASSERT(n <= ws->cap);
-    for (int64_t i = 0; i < n * d; i++) ws->x[i] *= cfg->embd_scale;
-    if (cfg->ple_dim > 0) ple_inputs(be, ws, m, segs, nseg, n);
+    op->upload(be, ws->positions, ws->h_positions, sizeof(int32_t) * (size_t)n);
+    /* One step = one recorded launch sequence where the backend records them (CUDA graphs):
+     * not when the probe hooks or MoE routing read values back mid-step. */
+    bool captured = op->step_begin && !hooks && cfg->n_expert == 0;
+    if (captured) op->step_begin(be, ((int64_t)n << 32) | ((int64_t)nseg << 20) | n_logit_rows);
+
+    op->get_rows(be, &m->tok_embd, ws->tokens, n, ws->x);
+    op->scale(be, ws->x, cfg->embd_scale, n * d);
+    if (cfg->ple_dim > 0) ple_inputs(be, ws, m, n);
 
     for (int i = 0; i < cfg->n_layer; i++) {
         const ls_layer *l = &m->layers[i];
-        memcpy(ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
+        op->copy(be, ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
         op->rmsnorm(be, ws->xn, l->attn_norm, n, d, cfg->eps);
         attention_block(be, ws, segs, nseg, off, n, i);
-        stage_done(segs, nseg, off, i, LS_STAGE_ATTENTION, ws->tmp, d);
+        stage_done(be, ws, segs, nseg, off, i, LS_STAGE_ATTENTION, ws->tmp, d);
         op->rmsnorm(be, ws->tmp, l->post_attn_norm, n, d, cfg->eps);
         op->add(be, ws->x, ws->tmp, n * d);
 
-        memcpy(ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
+        op->copy(be, ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
         op->rmsnorm(be, ws->xn, l->ffn_norm, n, d, cfg->eps);
         op->matmul(be, &l->w_gate, ws->xn, n, ws->gate);
         op->matmul(be, &l->w_up, ws->xn, n, ws->up);
@@ -276,15 +303,20 @@ void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int ns
             op->rmsnorm(be, ws->tmp, l->moe->post_norm_1, n, d, cfg->eps);
             ls_moe_forward(be, ws, m, i, n, ws->tmp);
         }
-        stage_done(segs, nseg, off, i, LS_STAGE_MLP, ws->tmp, d);
+        stage_done(be, ws, segs, nseg, off, i, LS_STAGE_MLP, ws->tmp, d);
         op->rmsnorm(be, ws->tmp, l->post_ffw_norm, n, d, cfg->eps);
         op->add(be, ws->x, ws->tmp, n * d);
         if (cfg->ple_dim > 0) ple_block(be, ws, m, i, n);
-        if (l->layer_scalar != 1.0f)
-            for (int64_t k = 0; k < n * d; k++) ws->x[k] *= l->layer_scalar;
-        stage_done(segs, nseg, off, i, LS_STAGE_LAYER_OUTPUT, ws->x, d);
+        if (l->layer_scalar != 1.0f) op->scale(be, ws->x, l->layer_scalar, n * d);
+        stage_done(be, ws, segs, nseg, off, i, LS_STAGE_LAYER_OUTPUT, ws->x, d);
     }
-    lm_head(be, ws, segs, nseg, off);
+    int32_t nl = lm_head_rows(be, ws, segs, nseg, off);
+    int direct = nl > 0 ? lm_head_matmul(be, ws, segs, nseg, nl) : -1;
+    if (captured) op->step_end(be);
+    if (nl > 0) lm_head_out(be, ws, segs, nseg, direct);
+    /* Later users of this step's caches and hidden rows may be other backend instances
+     * (a session's own compaction, the assistant drafter): finish before returning. */
+    op->sync(be);
     for (int j = 0; j < nseg; j++) segs[j].s->pos += segs[j].n;
 }
 

@@ -23,12 +23,17 @@ int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window) {
 }
 
 int ls_kv_init_t(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window, bool f32) {
+    return ls_kv_init_be(c, NULL, cap, row, window, f32);
+}
+
+int ls_kv_init_be(ls_kv_layer *c, ls_backend *be, int32_t cap, int32_t row, int32_t window, bool f32) {
     memset(c, 0, sizeof *c);
     c->f32 = f32;
+    c->be = be;
     size_t half = (size_t)cap * (size_t)row * elem_size(c);
     if (half == 0) half = 1; /* keep non-NULL pointers for empty caches */
-    c->k = malloc(half);
-    c->v = malloc(half);
+    c->k = be ? be->ops->alloc(be, half) : malloc(half);
+    c->v = be ? be->ops->alloc(be, half) : malloc(half);
     if (!c->k || !c->v) {
         ls_kv_free(c);
         return -1;
@@ -40,8 +45,13 @@ int ls_kv_init_t(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window, bool 
 }
 
 void ls_kv_free(ls_kv_layer *c) {
-    free(c->k);
-    free(c->v);
+    if (c->be) {
+        if (c->k) c->be->ops->release(c->be, c->k);
+        if (c->v) c->be->ops->release(c->be, c->v);
+    } else {
+        free(c->k);
+        free(c->v);
+    }
     c->k = c->v = NULL;
 }
 
@@ -57,8 +67,15 @@ int ls_kv_reserve(ls_kv_layer *c, int32_t m) {
     if (c->n - drop + m > c->cap) return -1;
     if (drop > 0) {
         size_t rowb = (size_t)c->row * elem_size(c);
-        memmove(c->k, (char *)c->k + (size_t)drop * rowb, (size_t)(c->n - drop) * rowb);
-        memmove(c->v, (char *)c->v + (size_t)drop * rowb, (size_t)(c->n - drop) * rowb);
+        size_t keep = (size_t)(c->n - drop) * rowb;
+        if (c->be) {
+            c->be->ops->copy(c->be, c->k, (char *)c->k + (size_t)drop * rowb, keep);
+            c->be->ops->copy(c->be, c->v, (char *)c->v + (size_t)drop * rowb, keep);
+            c->be->ops->sync(c->be); /* the step that appends may run on another backend */
+        } else {
+            memmove(c->k, (char *)c->k + (size_t)drop * rowb, keep);
+            memmove(c->v, (char *)c->v + (size_t)drop * rowb, keep);
+        }
         c->first_pos += drop;
         c->n -= drop;
     }

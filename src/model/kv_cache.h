@@ -13,7 +13,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/backend.h"
+
 typedef struct {
+    /* Backend whose memory k and v are (docs/cuda.md 3); NULL: plain host memory. */
+    ls_backend *be;
     void *k;           /* [cap][row] f16 (uint16_t), or f32 when f32 */
     void *v;           /* [cap][row] same type as k */
     bool f32;          /* element type: float instead of f16 */
@@ -30,6 +34,8 @@ uint64_t ls_kv_bytes_t(int32_t cap, int32_t row, bool f32);
 /* An f16 cache (ls_kv_init_t: f16 or f32). */
 int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window);
 int ls_kv_init_t(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window, bool f32);
+/* The same in backend memory: compaction then moves rows with be's copy op. */
+int ls_kv_init_be(ls_kv_layer *c, ls_backend *be, int32_t cap, int32_t row, int32_t window, bool f32);
 void ls_kv_free(ls_kv_layer *c);
 
 /* Position just past the last stored key. */
@@ -41,7 +47,8 @@ static inline int32_t ls_kv_end(const ls_kv_layer *c) {
  * -1 if it cannot fit (full layer past capacity, or m larger than the slack). */
 int ls_kv_reserve(ls_kv_layer *c, int32_t m);
 /* Pointers to the K / V row of absolute position pos (must be inside the stored range or
- * the reserved append range): uint16_t * (f16) or float * (f32). */
+ * the reserved append range): uint16_t * (f16) or float * (f32), in the cache's memory
+ * (backend memory when be is set: never dereferenced by model code). */
 void *ls_kv_k(ls_kv_layer *c, int32_t pos);
 void *ls_kv_v(ls_kv_layer *c, int32_t pos);
 /* Mark positions up to end (exclusive) as filled after the rows were written. */

@@ -20,6 +20,8 @@
 
 typedef struct ls_st_set ls_st_set;
 
+enum { LS_MAX_DEVICE_KINDS = 4 };
+
 typedef enum { LS_FAMILY_GEMMA3 = 3, LS_FAMILY_GEMMA4 = 4 } ls_family;
 
 typedef struct {
@@ -93,7 +95,13 @@ struct ls_model {
     ls_moe *moes;               /* [n_layer] when MoE (layers point here) */
     ls_weight *expert_w;        /* backing store of the per-expert weights */
     float **owned;              /* norm vectors converted to f32 (freed at close) */
+    size_t *owned_bytes;        /* [n_owned] their sizes (mapped to devices like the files) */
     int n_owned;
+    /* Device kinds whose ops can read this model's constants (map_const done), and the kind
+     * its sessions use by default (ls_model_set_device; NULL = ls_device_default()). */
+    const ls_device_kind *mapped[LS_MAX_DEVICE_KINDS];
+    int n_mapped;
+    const ls_device_kind *device;
     int64_t n_params;
     uint64_t weight_bytes;
     /* File identity, for caches keyed by the model (the probe verdict cache). */
@@ -106,6 +114,16 @@ struct ls_model {
  * except path. Returns 0, or -1 with a message naming the tensor or config field. */
 int ls_model_load_hf(ls_model *m, const char *dir, char *err, size_t errlen);
 /* Keep a malloc'd buffer until ls_model_close. Returns 0 or -1 (then frees it). */
-int ls_model_own(ls_model *m, float *buf);
+int ls_model_own(ls_model *m, float *buf, size_t bytes);
+/* Every constant host range of the model (mapped file bytes, owned vectors), for
+ * ls_device_kind.map_const. */
+typedef int (*ls_range_fn)(void *ud, const void *base, size_t bytes);
+int ls_model_for_each_range(const ls_model *m, ls_range_fn fn, void *ud);
+/* Map the model's constants for `kind` once (idempotent). 0, or an error code with err. */
+int ls_model_map(ls_model *m, const ls_device_kind *kind, char *err, size_t errlen);
+void ls_model_unmap_all(ls_model *m);
+/* The device kind for a session of m: `name` ("cpu", "cuda"; NULL/"" = the model's device,
+ * "auto" = the build's default), mapped. NULL with err when unknown or unavailable. */
+const ls_device_kind *ls_model_kind_for(ls_model *m, const char *name, char *err, size_t errlen);
 
 #endif

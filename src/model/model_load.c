@@ -95,7 +95,7 @@ static int bind_vec(ls_model *m, const char *name, int64_t n, const float **out,
         return -1;
     }
     float *buf = malloc(sizeof(float) * (size_t)n);
-    if (!buf || ls_model_own(m, buf) != 0) {
+    if (!buf || ls_model_own(m, buf, sizeof(float) * (size_t)n) != 0) {
         ERRF("model: out of memory");
         return -1;
     }
@@ -104,13 +104,16 @@ static int bind_vec(ls_model *m, const char *name, int64_t n, const float **out,
     return 0;
 }
 
-int ls_model_own(ls_model *m, float *buf) {
+int ls_model_own(ls_model *m, float *buf, size_t bytes) {
     float **grown = realloc(m->owned, sizeof(float *) * (size_t)(m->n_owned + 1));
-    if (!grown) {
+    if (grown) m->owned = grown;
+    size_t *sizes = grown ? realloc(m->owned_bytes, sizeof(size_t) * (size_t)(m->n_owned + 1)) : NULL;
+    if (!sizes) {
         free(buf);
         return -1;
     }
-    m->owned = grown;
+    m->owned_bytes = sizes;
+    m->owned_bytes[m->n_owned] = bytes;
     m->owned[m->n_owned++] = buf;
     return 0;
 }
@@ -280,8 +283,10 @@ fail:
 
 void ls_model_close(ls_model *m) {
     if (!m) return;
+    ls_model_unmap_all(m);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    free(m->owned_bytes);
     free(m->layers);
     free(m->moes);
     free(m->expert_w);

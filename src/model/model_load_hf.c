@@ -57,7 +57,7 @@ static const void *aligned_data(hf_loader *L, const ls_st_tensor *t) {
     size_t es = ls_st_dtype_size(t->dtype);
     if (es <= 1 || (uintptr_t)t->data % es == 0) return t->data;
     float *copy = malloc(t->nbytes + sizeof(float));
-    if (!copy || ls_model_own(L->m, copy) != 0) return NULL;
+    if (!copy || ls_model_own(L->m, copy, t->nbytes + sizeof(float)) != 0) return NULL;
     memcpy(copy, t->data, t->nbytes);
     return copy;
 }
@@ -209,7 +209,7 @@ static int bind_vec(hf_loader *L, const char *name, int64_t n, bool add_one, con
         return -1;
     }
     float *buf = malloc(sizeof(float) * (size_t)n);
-    if (!buf || ls_model_own(L->m, buf) != 0) {
+    if (!buf || ls_model_own(L->m, buf, sizeof(float) * (size_t)n) != 0) {
         ERRF("model: out of memory");
         return -1;
     }

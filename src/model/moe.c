@@ -41,43 +41,41 @@ void ls_moe_forward(ls_backend *be, ls_workspace *ws, const ls_model *m, int lay
     int32_t E = c->n_expert, K = c->n_expert_used, I = c->moe_ff;
     float root = 1.0f / sqrtf((float)d); /* HF: hidden_size**-0.5 (python float -> f32) */
 
-    /* Router input, in xn (free here): RMSNormNoScale(r) * scale * H^-0.5. */
-    memcpy(ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
+    /* Router input, in xn (free here): RMSNormNoScale(r) * scale * H^-0.5. Routing itself
+     * (top-k, softmax) runs on the host over the downloaded scores: it is tiny, and the
+     * row lists it produces decide how many rows each expert's matmuls get. */
+    op->copy(be, ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
     op->rmsnorm(be, ws->xn, NULL, n, d, c->eps);
-    for (int32_t r = 0; r < n; r++) {
-        float *x = ws->xn + r * d;
-        for (int64_t i = 0; i < d; i++) x[i] = (x[i] * moe->router_scale[i]) * root;
-    }
+    op->mul_rows(be, ws->xn, moe->router_scale, root, n, d);
     op->matmul(be, &moe->router, ws->xn, n, ws->moe_scores);
+    op->download(be, ws->h_moe_scores, ws->moe_scores, sizeof(float) * (size_t)n * (size_t)E);
     for (int32_t r = 0; r < n; r++)
-        route_row(ws->moe_scores + (int64_t)r * E, E, K, moe->per_expert_scale, ws->moe_idx + (int64_t)r * K,
-                  ws->moe_w + (int64_t)r * K);
+        route_row(ws->h_moe_scores + (int64_t)r * E, E, K, moe->per_expert_scale, ws->h_moe_idx + (int64_t)r * K,
+                  ws->h_moe_w + (int64_t)r * K);
 
     /* Expert input x' = pre_norm_2(r), in xn. */
-    memcpy(ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
+    op->copy(be, ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
     op->rmsnorm(be, ws->xn, moe->pre_norm_2, n, d, c->eps);
-    memset(ws->moe_acc, 0, sizeof(float) * (size_t)(n * d));
+    op->fill(be, ws->moe_acc, 0.0f, n * d);
     for (int32_t e = 0; e < E; e++) {
         int32_t cnt = 0;
         for (int32_t r = 0; r < n; r++)
             for (int32_t k = 0; k < K; k++)
-                if (ws->moe_idx[r * K + k] == e) {
-                    ws->moe_rows[cnt] = r * K + k; /* row and slot */
-                    memcpy(ws->moe_in + (int64_t)cnt * d, ws->xn + (int64_t)r * d, sizeof(float) * (size_t)d);
+                if (ws->h_moe_idx[r * K + k] == e) {
+                    ws->h_moe_src[cnt] = r;
+                    ws->h_moe_wsel[cnt] = ws->h_moe_w[r * K + k];
                     cnt++;
                 }
         if (cnt == 0) continue;
+        /* a row picks an expert at most once, so the destination rows are distinct */
+        op->upload(be, ws->moe_src, ws->h_moe_src, sizeof(int32_t) * (size_t)cnt);
+        op->upload(be, ws->moe_w, ws->h_moe_wsel, sizeof(float) * (size_t)cnt);
+        op->gather_rows(be, ws->moe_in, ws->xn, ws->moe_src, cnt, d);
         op->matmul(be, &moe->gate[e], ws->moe_in, cnt, ws->gate);
         op->matmul(be, &moe->up[e], ws->moe_in, cnt, ws->up);
         op->gelu_mul(be, ws->gate, ws->up, (int64_t)cnt * I);
         op->matmul(be, &moe->down[e], ws->gate, cnt, ws->moe_out);
-        for (int32_t j = 0; j < cnt; j++) {
-            int32_t r = ws->moe_rows[j] / K;
-            float wk = ws->moe_w[ws->moe_rows[j]];
-            float *acc = ws->moe_acc + (int64_t)r * d;
-            const float *y = ws->moe_out + (int64_t)j * d;
-            for (int64_t i = 0; i < d; i++) acc[i] += y[i] * wk;
-        }
+        op->scatter_add(be, ws->moe_acc, ws->moe_out, ws->moe_src, ws->moe_w, cnt, d);
     }
     op->rmsnorm(be, ws->moe_acc, moe->post_norm_2, n, d, c->eps);
     op->add(be, out, ws->moe_acc, n * d);

@@ -54,15 +54,20 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
         return LS_ERR_ARG;
     }
     bool kv_f32 = p->kv_type == 0 ? c->kv_f32 : p->kv_type == 2;
+    const ls_device_kind *kind = ls_model_kind_for(m, p->device, err, errlen);
+    if (!kind) return LS_ERR_ARG;
+    bool on_host = strcmp(kind->name, "cpu") == 0;
 
     /* Budget everything before allocating anything. */
     int64_t d = c->n_embd;
     uint64_t kv_bytes = 0;
     for (int i = 0; i < c->n_layer; i++)
         kv_bytes += ls_kv_bytes_t(kv_capacity(m, i, n_ctx, n_batch), m->layers[i].n_kv * m->layers[i].head_dim, kv_f32);
-    uint64_t act = ls_workspace_bytes(m, n_batch, 0) + sizeof(float) * (uint64_t)n_batch * (uint64_t)d;
+    /* Off the host, the head's rows come back through the workspace: room for a whole batch. */
+    int32_t logit_rows = on_host ? 0 : n_batch;
+    uint64_t act = ls_workspace_bytes(m, n_batch, logit_rows) + sizeof(float) * (uint64_t)n_batch * (uint64_t)d;
     uint64_t total = kv_bytes + act + sizeof(float) * (uint64_t)n_ctx * (uint64_t)n_threads;
-    uint64_t avail = mem_available();
+    uint64_t avail = on_host ? mem_available() : 0; /* device memory: cudaMalloc says when it is short */
     if (avail && total > avail) {
         snprintf(err, errlen,
                  "session needs %.1f MiB (KV cache %.1f MiB for context %d) but only %.1f MiB are available; "
@@ -74,22 +79,25 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
     ls_session *s = calloc(1, sizeof *s);
     if (!s) goto nomem;
     s->model = m;
+    s->kind = kind;
     s->n_ctx = n_ctx;
     s->n_batch = n_batch;
     s->n_threads = n_threads;
+    ls_backend_params bp = {
+        .n_threads = n_threads, .max_rows = n_batch, .max_cols = ls_model_max_cols(m), .max_keys = n_ctx};
+    s->be = kind->create(&bp);
+    if (!s->be) goto nomem;
     s->kv = calloc((size_t)c->n_layer, sizeof(ls_kv_layer));
     if (!s->kv) goto nomem;
     for (int i = 0; i < c->n_layer; i++) {
         const ls_layer *l = &m->layers[i];
-        if (ls_kv_init_t(&s->kv[i], kv_capacity(m, i, n_ctx, n_batch), l->n_kv * l->head_dim,
-                         l->sliding ? c->sliding_window : 0, kv_f32))
+        if (ls_kv_init_be(&s->kv[i], s->be, kv_capacity(m, i, n_ctx, n_batch), l->n_kv * l->head_dim,
+                          l->sliding ? c->sliding_window : 0, kv_f32))
             goto nomem;
     }
-    if (ls_workspace_init(&s->ws, m, n_batch, 0) != 0) goto nomem;
-    s->hidden = malloc(sizeof(float) * (size_t)n_batch * (size_t)d);
+    if (ls_workspace_init(&s->ws, s->be, m, n_batch, logit_rows) != 0) goto nomem;
+    s->hidden = s->be->ops->alloc(s->be, sizeof(float) * (size_t)n_batch * (size_t)d);
     if (!s->hidden) goto nomem;
-    s->be = ls_backend_cpu_create(n_threads, n_batch, ls_model_max_cols(m), n_ctx);
-    if (!s->be) goto nomem;
     *out = s;
     return LS_OK;
 nomem:
@@ -104,7 +112,7 @@ void ls_session_free(ls_session *s) {
     if (s->kv)
         for (int i = 0; i < s->model->cfg.n_layer; i++) ls_kv_free(&s->kv[i]);
     free(s->kv);
-    free(s->hidden);
+    if (s->hidden) s->be->ops->release(s->be, s->hidden);
     ls_workspace_free(&s->ws);
     if (s->be) s->be->ops->free(s->be);
     free(s);
@@ -127,6 +135,9 @@ double ls_session_last_step_ms(const ls_session *s) {
 }
 int32_t ls_session_n_threads(const ls_session *s) {
     return s->n_threads;
+}
+const char *ls_session_device(const ls_session *s) {
+    return s->kind->name;
 }
 
 int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,

@@ -27,9 +27,12 @@ const char *ls_stage_name(ls_stage st);
 typedef void (*ls_capture_fn)(void *ud, int32_t layer, ls_stage st, const float *rows, int32_t n, int64_t width,
                               int32_t pos0);
 
-/* Activation buffers for forwards of up to `cap` rows. A session owns one for its own
- * evals; a batcher owns a larger one for the shared steps of many sessions. */
+/* Activation buffers for forwards of up to `cap` rows, in the memory of backend `be`
+ * (never dereferenced by model code), plus the h_* host buffers of the host-side steps. A
+ * session owns one for its own evals; a batcher owns a larger one for the shared steps of
+ * many sessions. */
 typedef struct {
+    ls_backend *be;
     int32_t cap;        /* rows */
     float *x;           /* [cap][n_embd] residual stream */
     float *xn;          /* [cap][n_embd] normed input of a sub-block */
@@ -41,6 +44,7 @@ typedef struct {
     float *gate;        /* [cap][n_ff] */
     float *up;          /* [cap][n_ff] */
     int32_t *positions; /* [cap] */
+    int32_t *tokens;    /* [cap] */
     /* Per-layer embeddings (PLE models): inputs and token part [cap][n_layer * ple_dim],
      * one layer's slice [cap][ple_dim]. */
     float *ple, *ple_tok, *ple_tmp;
@@ -48,7 +52,11 @@ typedef struct {
      * [cap][n_expert_used], gathered expert inputs / outputs and the per-row sums
      * [cap][n_embd], and the row list of one expert [cap]. */
     float *moe_scores, *moe_w, *moe_in, *moe_out, *moe_acc;
-    int32_t *moe_idx, *moe_rows;
+    int32_t *moe_src; /* one expert's rows */
+    /* Host side: positions, router scores/choices/weights, one expert's row lists and
+     * weights, and a probe capture buffer [cap][n_embd]. */
+    int32_t *h_positions, *h_moe_idx, *h_moe_src;
+    float *h_moe_scores, *h_moe_w, *h_moe_wsel, *h_capture;
     /* Logits of a multi-segment step, copied out to each segment afterwards (one LM-head
      * matmul for every row of the step): [logit_cap][n_vocab]; 0 rows for a session's own. */
     float *logits;
@@ -58,13 +66,14 @@ typedef struct {
 uint64_t ls_workspace_bytes(const ls_model *m, int32_t rows, int32_t logit_rows);
 /* Widest matmul input of the model (what a backend's max_cols must cover). */
 int64_t ls_model_max_cols(const ls_model *m);
-int ls_workspace_init(ls_workspace *ws, const ls_model *m, int32_t rows, int32_t logit_rows);
+int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32_t rows, int32_t logit_rows);
 void ls_workspace_free(ls_workspace *ws);
 
 struct ls_batcher;
 
 struct ls_session {
     ls_model *model;
+    const ls_device_kind *kind; /* the device it runs on */
     ls_backend *be;
     int32_t n_ctx, n_batch, n_threads;
     int32_t pos; /* tokens in the cache */
@@ -72,8 +81,8 @@ struct ls_session {
      * and reads kv[layers[i].kv_src]. Element type: kv[i].f32. */
     ls_kv_layer *kv;
     /* Final-normed hidden rows (the LM-head input, before the head and the softcap) of the
-     * rows of the last eval that produced logits: [n_batch][n_embd], n_hidden rows, row 0
-     * at absolute position hidden_pos0. See ls_session_hidden. */
+     * rows of the last eval that produced logits: [n_batch][n_embd] in backend memory,
+     * n_hidden rows, row 0 at absolute position hidden_pos0. See ls_session_hidden. */
     float *hidden;
     int32_t n_hidden, hidden_pos0;
     ls_workspace ws; /* n_batch rows */
@@ -110,7 +119,7 @@ typedef struct {
  * the token whose next-token logits it gave), up to ls_session_n_hidden rows. This is
  * exactly the vector multiplied by the tied embedding to give those logits (before the
  * final softcap). NULL if row is out of range. Overwritten by the next eval with logits;
- * ls_session_truncate does not clear it. */
+ * ls_session_truncate does not clear it. Backend memory of the session's device. */
 const float *ls_session_hidden(const ls_session *s, int32_t row);
 int32_t ls_session_n_hidden(const ls_session *s);
 /* The KV cache a drafter reads for layer type `sliding`: the LAST non-shared layer of that

@@ -1,6 +1,8 @@
 /* Activation buffers of a forward step, sized once for a row capacity (nothing on the
- * forward path allocates). Widths are the maxima over layers (model.h), plus the PLE and
- * MoE buffers when the model has those blocks. */
+ * forward path allocates), in the backend's memory (docs/cuda.md 3): model code hands them
+ * to ops and never dereferences them. Widths are the maxima over layers (model.h), plus
+ * the PLE and MoE buffers when the model has those blocks, plus the small host buffers the
+ * host-side steps need (MoE routing, probe captures). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,54 +28,71 @@ static ws_widths widths(const ls_config *c) {
         w.moe_scores = c->n_expert;
         w.moe_w = w.moe_idx = c->n_expert_used;
         w.moe_in = w.moe_out = w.moe_acc = c->n_embd;
-        w.moe_rows = 1;
+        w.moe_rows = c->n_expert_used;
     }
     return w;
 }
 
 static int64_t floats_per_row(const ws_widths *w) {
     return w->x + w->xn + w->tmp + w->q + w->k + w->v + w->att + w->gate + w->up + w->ple + w->ple_tok + w->ple_tmp +
-           w->moe_scores + w->moe_w + w->moe_in + w->moe_out + w->moe_acc;
+           w->moe_in + w->moe_out + w->moe_acc + w->moe_w + w->moe_scores;
 }
 
 uint64_t ls_workspace_bytes(const ls_model *m, int32_t rows, int32_t logit_rows) {
     ws_widths w = widths(&m->cfg);
     return sizeof(float) *
                ((uint64_t)rows * (uint64_t)floats_per_row(&w) + (uint64_t)logit_rows * (uint64_t)m->cfg.n_vocab) +
-           sizeof(int32_t) * (uint64_t)rows * (uint64_t)(1 + w.moe_idx + w.moe_rows);
+           sizeof(int32_t) * (uint64_t)rows * (uint64_t)(2 + w.moe_idx + 2 * w.moe_rows);
 }
 
-int ls_workspace_init(ls_workspace *ws, const ls_model *m, int32_t rows, int32_t logit_rows) {
+int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32_t rows, int32_t logit_rows) {
     const ls_config *c = &m->cfg;
     ws_widths w = widths(c);
     memset(ws, 0, sizeof *ws);
+    ws->be = be;
     int fail = 0;
-#define ALLOC(ptr, width)                                                                                              \
+    /* Backend buffers */
+#define BALLOC(ptr, width)                                                                                             \
     do {                                                                                                               \
-        if ((width) > 0 && !((ptr) = malloc(sizeof(*(ptr)) * (size_t)((int64_t)rows * (width))))) fail = 1;            \
+        if ((width) > 0 && !((ptr) = be->ops->alloc(be, sizeof(*(ptr)) * (size_t)((int64_t)rows * (width)))))          \
+            fail = 1;                                                                                                  \
     } while (0)
-    ALLOC(ws->x, w.x);
-    ALLOC(ws->xn, w.xn);
-    ALLOC(ws->tmp, w.tmp);
-    ALLOC(ws->q, w.q);
-    ALLOC(ws->k, w.k);
-    ALLOC(ws->v, w.v);
-    ALLOC(ws->att, w.att);
-    ALLOC(ws->gate, w.gate);
-    ALLOC(ws->up, w.up);
-    ALLOC(ws->positions, 1);
-    ALLOC(ws->ple, w.ple);
-    ALLOC(ws->ple_tok, w.ple_tok);
-    ALLOC(ws->ple_tmp, w.ple_tmp);
-    ALLOC(ws->moe_scores, w.moe_scores);
-    ALLOC(ws->moe_w, w.moe_w);
-    ALLOC(ws->moe_idx, w.moe_idx);
-    ALLOC(ws->moe_in, w.moe_in);
-    ALLOC(ws->moe_out, w.moe_out);
-    ALLOC(ws->moe_acc, w.moe_acc);
-    ALLOC(ws->moe_rows, w.moe_rows);
-#undef ALLOC
-    if (logit_rows > 0 && !(ws->logits = malloc(sizeof(float) * (size_t)logit_rows * (size_t)c->n_vocab))) fail = 1;
+    /* Host buffers */
+#define HALLOC(ptr, width)                                                                                             \
+    do {                                                                                                               \
+        if ((width) > 0 && !((ptr) = malloc(sizeof(*(ptr)) * (size_t)((int64_t)rows * (width))))) fail = 1;          \
+    } while (0)
+    BALLOC(ws->x, w.x);
+    BALLOC(ws->xn, w.xn);
+    BALLOC(ws->tmp, w.tmp);
+    BALLOC(ws->q, w.q);
+    BALLOC(ws->k, w.k);
+    BALLOC(ws->v, w.v);
+    BALLOC(ws->att, w.att);
+    BALLOC(ws->gate, w.gate);
+    BALLOC(ws->up, w.up);
+    BALLOC(ws->positions, 1);
+    BALLOC(ws->tokens, 1);
+    BALLOC(ws->ple, w.ple);
+    BALLOC(ws->ple_tok, w.ple_tok);
+    BALLOC(ws->ple_tmp, w.ple_tmp);
+    BALLOC(ws->moe_scores, w.moe_scores);
+    BALLOC(ws->moe_in, w.moe_in);
+    BALLOC(ws->moe_out, w.moe_out);
+    BALLOC(ws->moe_acc, w.moe_acc);
+    BALLOC(ws->moe_w, w.moe_w);
+    BALLOC(ws->moe_src, w.moe_rows);
+    HALLOC(ws->h_positions, 1);
+    HALLOC(ws->h_moe_scores, w.moe_scores);
+    HALLOC(ws->h_moe_w, w.moe_w);
+    HALLOC(ws->h_moe_idx, w.moe_idx);
+    HALLOC(ws->h_moe_src, w.moe_rows);
+    HALLOC(ws->h_moe_wsel, w.moe_rows);
+    HALLOC(ws->h_capture, w.x);
+#undef BALLOC
+#undef HALLOC
+    if (logit_rows > 0 && !(ws->logits = be->ops->alloc(be, sizeof(float) * (size_t)logit_rows * (size_t)c->n_vocab)))
+        fail = 1;
     if (fail) {
         ls_workspace_free(ws);
         return -1;
@@ -84,27 +103,22 @@ int ls_workspace_init(ls_workspace *ws, const ls_model *m, int32_t rows, int32_t
 }
 
 void ls_workspace_free(ls_workspace *ws) {
-    free(ws->x);
-    free(ws->xn);
-    free(ws->tmp);
-    free(ws->q);
-    free(ws->k);
-    free(ws->v);
-    free(ws->att);
-    free(ws->gate);
-    free(ws->up);
-    free(ws->positions);
-    free(ws->logits);
-    free(ws->ple);
-    free(ws->ple_tok);
-    free(ws->ple_tmp);
-    free(ws->moe_scores);
-    free(ws->moe_w);
-    free(ws->moe_idx);
-    free(ws->moe_in);
-    free(ws->moe_out);
-    free(ws->moe_acc);
-    free(ws->moe_rows);
+    ls_backend *be = ws->be;
+    if (be) {
+        void *bufs[] = {ws->x,       ws->xn,      ws->tmp,     ws->q,          ws->k,      ws->v,
+                        ws->att,     ws->gate,    ws->up,      ws->positions,  ws->tokens, ws->ple,
+                        ws->ple_tok, ws->ple_tmp, ws->logits,  ws->moe_scores, ws->moe_in, ws->moe_out,
+                        ws->moe_acc, ws->moe_w,   ws->moe_src};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) be->ops->release(be, bufs[i]);
+    }
+    free(ws->h_positions);
+    free(ws->h_moe_scores);
+    free(ws->h_moe_w);
+    free(ws->h_moe_idx);
+    free(ws->h_moe_src);
+    free(ws->h_moe_wsel);
+    free(ws->h_capture);
     memset(ws, 0, sizeof *ws);
 }
 

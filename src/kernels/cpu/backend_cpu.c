@@ -166,6 +166,93 @@ static void cpu_add(ls_backend *be, float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+static void cpu_scale(ls_backend *be, float *x, float s, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+static void cpu_axpby(ls_backend *be, float *x, const float *y, float a, float b, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] = (x[i] + y[i] * a) * b;
+}
+
+static void cpu_mul_rows(ls_backend *be, float *x, const float *w, float s, int64_t m, int64_t n) {
+    (void)be;
+    for (int64_t r = 0; r < m; r++) {
+        float *xr = x + r * n;
+        for (int64_t i = 0; i < n; i++) xr[i] = (xr[i] * w[i]) * s;
+    }
+}
+
+static void cpu_softcap(ls_backend *be, float *x, float cap, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i] / cap) * cap;
+}
+
+static void cpu_kv_store(ls_backend *be, void *dst, bool f32, const float *src, int64_t n) {
+    (void)be;
+    if (f32) {
+        memcpy(dst, src, sizeof(float) * (size_t)n);
+        return;
+    }
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = ls_f32_to_f16(src[i]);
+}
+
+static void cpu_gather_rows(ls_backend *be, float *dst, const float *src, const int32_t *rows, int64_t cnt,
+                            int64_t d) {
+    (void)be;
+    for (int64_t j = 0; j < cnt; j++) memcpy(dst + j * d, src + (int64_t)rows[j] * d, sizeof(float) * (size_t)d);
+}
+
+static void cpu_scatter_add(ls_backend *be, float *acc, const float *y, const int32_t *rows, const float *w,
+                            int64_t cnt, int64_t d) {
+    (void)be;
+    for (int64_t j = 0; j < cnt; j++) {
+        float *a = acc + (int64_t)rows[j] * d;
+        const float *yj = y + j * d;
+        float wj = w[j];
+        for (int64_t i = 0; i < d; i++) a[i] += yj[i] * wj;
+    }
+}
+
+/* ---- memory: plain host buffers ------------------------------------------------ */
+
+static void *cpu_alloc(ls_backend *be, size_t bytes) {
+    (void)be;
+    return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+}
+
+static void cpu_release(ls_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void cpu_upload(ls_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_copy(ls_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_copy_rows(ls_backend *be, float *dst, int64_t ds, const float *src, int64_t ss, int64_t width,
+                          int64_t rows) {
+    (void)be;
+    for (int64_t r = 0; r < rows; r++) memmove(dst + r * ds, src + r * ss, sizeof(float) * (size_t)width);
+}
+
+static void cpu_sync(ls_backend *be) {
+    (void)be; /* every op has finished when it returns */
+}
+
+static void cpu_fill(ls_backend *be, float *x, float v, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] = v;
+}
+
 static void cpu_free(ls_backend *be) {
     if (!be) return;
     cpu_impl *c = impl_of(be);
@@ -180,6 +267,15 @@ static void cpu_free(ls_backend *be) {
 
 static const ls_backend_ops cpu_ops = {
     .name = "cpu",
+    .host_memory = true,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_upload,
+    .download = cpu_upload,
+    .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
+    .fill = cpu_fill,
+    .sync = cpu_sync,
     .matmul = cpu_matmul,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
@@ -187,6 +283,13 @@ static const ls_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .gelu_mul = cpu_gelu_mul,
     .add = cpu_add,
+    .scale = cpu_scale,
+    .axpby = cpu_axpby,
+    .mul_rows = cpu_mul_rows,
+    .softcap = cpu_softcap,
+    .kv_store = cpu_kv_store,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add = cpu_scatter_add,
     .free = cpu_free,
 };
 
@@ -228,3 +331,31 @@ fail:
 const char *ls_backend_cpu_isa_name(void) {
     return ls_cpu_isa() == LS_ISA_AVX2 ? "cpu-avx2" : "cpu-scalar";
 }
+
+/* ---- the CPU device kind ---------------------------------------------------------- */
+
+static bool cpu_available(void) {
+    return true;
+}
+
+static int cpu_map_const(const void *host, size_t bytes, char *err, size_t errlen) {
+    (void)host, (void)bytes, (void)err, (void)errlen;
+    return 0; /* the kernels read host memory as it is */
+}
+
+static void cpu_unmap_const(const void *host) {
+    (void)host;
+}
+
+static ls_backend *cpu_create(const ls_backend_params *p) {
+    return ls_backend_cpu_create(p->n_threads > 0 ? p->n_threads : 1, p->max_rows, p->max_cols, p->max_keys);
+}
+
+const ls_device_kind ls_device_cpu = {
+    .name = "cpu",
+    .available = cpu_available,
+    .device_name = ls_backend_cpu_isa_name,
+    .map_const = cpu_map_const,
+    .unmap_const = cpu_unmap_const,
+    .create = cpu_create,
+};
