@@ -376,9 +376,9 @@ static void check_fixture(const char *asst, const char *target) {
         chain_free(&c);
         round_free(&in);
     }
+    ls_assistant_free(a); /* its scratch lives in the backend's memory: before the backend */
     be->ops->free(be);
     ls_st_close(te.st);
-    ls_assistant_free(a);
     cJSON_Delete(m.root);
 }
 
@@ -661,8 +661,8 @@ static void test_incompatible_target(void **state) {
     free(kv);
     free(x);
     free(lg);
-    be->ops->free(be);
     ls_assistant_free(a);
+    be->ops->free(be);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -796,11 +796,11 @@ static void test_mlx_affine(void **state) {
         chain_free(&cf);
         round_free(&in);
     }
+    ls_assistant_free(aq);
+    ls_assistant_free(af);
     be->ops->free(be);
     ls_st_close(te.st);
     cJSON_Delete(m.root);
-    ls_assistant_free(aq);
-    ls_assistant_free(af);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -209,6 +209,7 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
     ls_session_params sp = ls_session_default_params();
     sp.n_ctx = long_len + k + 8;
     sp.n_threads = opt->n_threads;
+    sp.device = opt->device;
     sp.n_batch = 512 > k ? 512 : k;
     int rc = ls_session_create(model, &sp, &s, err, errlen);
     if (rc != LS_OK) return rc;
@@ -273,9 +274,9 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
         snprintf(res->message, sizeof res->message,
                  "exactness probe passed: K=%d, %d prompts (%d short + 1 of %d tokens, beyond the sliding window "
                  "%d), %lld logit bytes of verify blocks byte-identical to the single-token chain (threads=%d, "
-                 "backend=%s)",
+                 "device=%s, backend=%s)",
                  k, N_SHORT + 1, N_SHORT, long_len, cfg->sliding_window, (long long)tot_bytes, ls_session_n_threads(s),
-                 ls_backend_name());
+                 s->kind->name, s->kind->device_name());
     } else {
         res->block_row = fail_cr.first_row;
         char where[160];
@@ -303,6 +304,7 @@ done:
 
 typedef struct {
     const ls_model *m;
+    const ls_device_kind *kind;
     char drafter[32];
     int32_t k, threads;
     ls_probe_result res;
@@ -323,8 +325,9 @@ void ls_probe_set_test_fault(bool on, int32_t layer, ls_stage stage) {
 }
 
 /* Passing verdicts are also remembered on disk ($XDG_CACHE_HOME or ~/.cache, lockstep/probe/),
- * keyed by the model file's identity (path, size, mtime), engine version, backend, drafter,
- * K and thread count, so repeated CLI runs do not pay for the probe each time. Failures are
+ * keyed by the model file's identity (path, size, mtime), the engine version and build
+ * identity (a hash of every engine source, the compilers and flags: ls_build_id), the
+ * backend, device kind and device name, drafter, K and thread count, so repeated CLI runs do not pay for the probe each time. Failures are
  * never cached: they are re-checked (and re-localized) on every start. LOCKSTEP_PROBE_CACHE=0
  * turns the disk cache off. */
 static bool disk_cache_path(const ls_session *s, const char *drafter, int32_t k, char *out, size_t cap) {
@@ -332,9 +335,10 @@ static bool disk_cache_path(const ls_session *s, const char *drafter, int32_t k,
     if (off && !strcmp(off, "0")) return false;
     const ls_model *m = s->model;
     if (!m->path[0] || !m->file_size) return false;
-    char key[1400];
-    snprintf(key, sizeof key, "%s|%llu|%lld|%s|%s|%s|%d|%d", m->path, (unsigned long long)m->file_size,
-             (long long)m->file_mtime, ls_version(), ls_backend_name(), drafter, k, s->n_threads);
+    char key[2000];
+    snprintf(key, sizeof key, "%s|%llu|%lld|%s|%s|%s|%s|%s|%s|%d|%d", m->path, (unsigned long long)m->file_size,
+             (long long)m->file_mtime, ls_version(), ls_build_id(), ls_backend_name(), s->kind->name,
+             s->kind->device_name(), drafter, k, s->n_threads);
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (const char *p = key; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -384,14 +388,15 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
     pthread_mutex_lock(&g_memo_mu);
     for (int i = 0; i < g_memo_n; i++) {
         memo_entry *e = &g_memo[i];
-        if (e->m == m && e->k == block_size && e->threads == s->n_threads && !strcmp(e->drafter, drafter)) {
+        if (e->m == m && e->kind == s->kind && e->k == block_size && e->threads == s->n_threads &&
+            !strcmp(e->drafter, drafter)) {
             *res = e->res;
             pthread_mutex_unlock(&g_memo_mu);
             return;
         }
     }
     pthread_mutex_unlock(&g_memo_mu);
-    ls_probe_options opt = {.block_size = block_size, .n_threads = s->n_threads};
+    ls_probe_options opt = {.block_size = block_size, .n_threads = s->n_threads, .device = s->kind->name};
     char cache_path[1100];
     bool use_disk = disk_cache_path(s, drafter, block_size, cache_path, sizeof cache_path);
     pthread_mutex_lock(&g_memo_mu);
@@ -417,6 +422,7 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
     if (g_memo_n < 64) {
         memo_entry *e = &g_memo[g_memo_n++];
         e->m = m;
+        e->kind = s->kind;
         snprintf(e->drafter, sizeof e->drafter, "%s", drafter);
         e->k = block_size;
         e->threads = s->n_threads;

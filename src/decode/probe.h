@@ -15,6 +15,7 @@
 typedef struct {
     int32_t block_size; /* K */
     int32_t n_threads;  /* 0: all cores */
+    const char *device; /* "cpu" / "cuda"; NULL: the model's device */
     bool trace;         /* always run the localization pass and log per-layer results */
     /* Test-only fault injection into the block arm (see ls_session_set_fault). */
     bool fault_on;

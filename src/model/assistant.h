@@ -63,6 +63,8 @@ typedef struct {
  * Every tensor's presence, dtype and shape is checked against the config; errors name the
  * tensor or field. Returns 0, or -1 with a message in err. */
 int ls_assistant_load(const char *dir, ls_assistant **out, char *err, size_t errlen);
+/* Its scratch buffers live in the memory of the backend of the last step: free the
+ * assistant before that backend. */
 void ls_assistant_free(ls_assistant *a);
 void ls_assistant_get_info(const ls_assistant *a, ls_assistant_info *info);
 

@@ -115,6 +115,8 @@ struct ls_model {
 int ls_model_load_hf(ls_model *m, const char *dir, char *err, size_t errlen);
 /* Keep a malloc'd buffer until ls_model_close. Returns 0 or -1 (then frees it). */
 int ls_model_own(ls_model *m, float *buf, size_t bytes);
+/* Build identity (generated at build time by cmake/build_id.cmake). */
+const char *ls_build_id(void);
 /* Every constant host range of the model (mapped file bytes, owned vectors), for
  * ls_device_kind.map_const. */
 typedef int (*ls_range_fn)(void *ud, const void *base, size_t bytes);

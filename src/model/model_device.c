@@ -91,6 +91,7 @@ int ls_model_set_device(ls_model *m, const char *device, char *err, size_t errle
     const ls_device_kind *k = ls_model_kind_for(m, device && *device ? device : "auto", err, errlen);
     if (!k) return LS_ERR_ARG;
     m->device = k;
+    LS_INFO("device: %s (%s)", k->name, k->device_name());
     return LS_OK;
 }
 

@@ -20,6 +20,8 @@ typedef struct {
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 const char *cli_default_model_path(void);
+/* --device value (main.c takes it from any subcommand's arguments); NULL = auto. */
+extern const char *cli_device;
 /* Opens the model (-m or the default); prints a clear error and returns NULL on failure. */
 ls_model *cli_open_model(const char *path);
 /* --draft KIND / --model-draft PATH, validated: KIND ngram, model or assistant; a PATH whose

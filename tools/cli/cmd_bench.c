@@ -96,9 +96,9 @@ int cmd_bench(int argc, char **argv) {
     qsort(tg, (size_t)reps, sizeof(double), cmp_d);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("backend=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f decode_tokens=%d decode_tok_s=%.2f "
-           "reps=%d peak_rss_mib=%.1f\n",
-           ls_backend_name(), ls_session_n_threads(s), n_pp, pp[reps / 2], n_tg, tg[reps / 2], reps,
+    printf("device=%s backend=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f decode_tokens=%d "
+           "decode_tok_s=%.2f reps=%d peak_rss_mib=%.1f\n",
+           ls_session_device(s), ls_device_name_of(ls_session_device(s)), ls_session_n_threads(s), n_pp, pp[reps / 2], n_tg, tg[reps / 2], reps,
            ru.ru_maxrss / 1024.0);
     rc = CLI_OK;
     goto done;

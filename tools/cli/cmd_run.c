@@ -225,9 +225,9 @@ int cmd_run(int argc, char **argv) {
     if (stats) {
         char line[2048];
         ls_gen_stats_format(&st, line, sizeof line);
-        fprintf(stderr, "lockstep stats: %s drafter=%s threads=%d seed=%llu backend=%s\n", line,
+        fprintf(stderr, "lockstep stats: %s drafter=%s threads=%d seed=%llu device=%s backend=%s\n", line,
                 ls_drafter_name(drafter), ls_session_n_threads(s), (unsigned long long)gp.sampling.seed,
-                ls_backend_name());
+                ls_session_device(s), ls_device_name_of(ls_session_device(s)));
     }
     rc = CLI_OK;
 done:

@@ -130,7 +130,8 @@ static enum MHD_Result handle_health(srv_server *s, struct MHD_Connection *c) {
     pthread_mutex_lock(&s->mu);
     cJSON_AddStringToObject(o, "status", "ok");
     cJSON_AddStringToObject(o, "model", s->model_id);
-    cJSON_AddStringToObject(o, "backend", ls_backend_name());
+    cJSON_AddStringToObject(o, "backend", ls_device_name_of(ls_model_device(s->model)));
+    cJSON_AddStringToObject(o, "device", ls_model_device(s->model));
     cJSON_AddStringToObject(o, "version", ls_version());
     cJSON_AddNumberToObject(o, "n_ctx", s->n_ctx);
     cJSON *sl = cJSON_AddObjectToObject(o, "slots");
