@@ -1,5 +1,8 @@
 /* lockstep bench: prefill (512 tokens in one batch) and decode (128 single-token steps)
- * throughput, median of 5 repetitions, plus peak RSS. Token ids are a fixed pseudo-random
+ * throughput, median of 5 repetitions, plus peak RSS; then the cost of a verify block of K
+ * rows (all with logits, as speculative decoding asks) against a one-token step at the same
+ * context, and the weight bytes streamed per decoded token (every weight is read once per
+ * step: the LM head is the tied embedding) as GB/s. Token ids are a fixed pseudo-random
  * sequence, as llama-bench does, so runs are comparable. */
 #include <getopt.h>
 #include <stdio.h>
@@ -26,13 +29,14 @@ int cmd_bench(int argc, char **argv) {
                                          {"n-prompt", required_argument, 0, 'p'},
                                          {"n-gen", required_argument, 0, 'n'},
                                          {"reps", required_argument, 0, 'r'},
+                                         {"verify", required_argument, 0, 'k'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_common c = {0};
-    int32_t n_pp = 512, n_tg = 128, reps = 5;
+    int32_t n_pp = 512, n_tg = 128, reps = 5, kv = 4;
     optind = 1;
     int o;
-    while ((o = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "m:t:p:n:r:k:h", opts, NULL)) != -1) {
         bool ok = true;
         switch (o) {
         case 'm': c.model = optarg; break;
@@ -40,9 +44,10 @@ int cmd_bench(int argc, char **argv) {
         case 'p': ok = cli_parse_i32("-p", optarg, 1, 16384, &n_pp); break;
         case 'n': ok = cli_parse_i32("-n", optarg, 1, 16384, &n_tg); break;
         case 'r': ok = cli_parse_i32("-r", optarg, 1, 100, &reps); break;
-        case 'h': printf("usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5]\n"); return CLI_OK;
+        case 'k': ok = cli_parse_i32("--verify", optarg, 2, 16, &kv); break;
+        case 'h': printf("usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5] [--verify K]\n"); return CLI_OK;
         default:
-            fprintf(stderr, "usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5]\n");
+            fprintf(stderr, "usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5] [--verify K]\n");
             return CLI_USAGE;
         }
         if (!ok) return CLI_USAGE;
@@ -68,7 +73,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     int32_t nv = ls_session_n_vocab(s);
-    logits = malloc(sizeof(float) * (size_t)nv);
+    logits = malloc(sizeof(float) * (size_t)nv * (size_t)(kv > 1 ? kv : 1));
     if (!logits) goto done;
     uint64_t x = 0x2545F4914F6CDD1Dull;
     for (int32_t i = 0; i < n_pp; i++) {
@@ -92,14 +97,34 @@ int cmd_bench(int argc, char **argv) {
         }
         tg[r] = n_tg / (now_s() - t0);
     }
+    /* Verify block vs one-token step, both from the same context (the 128 decoded tokens). */
+    double vb[16], st[16];
+    int nrep = 15;
+    int32_t base = ls_session_pos(s);
+    for (int r = 0; r < nrep; r++) {
+        double t0 = now_s();
+        if (ls_session_eval(s, ids + 1, 1, 0, logits, err, sizeof err) != LS_OK) goto evalfail;
+        st[r] = (now_s() - t0) * 1e3;
+        ls_session_truncate(s, base);
+        t0 = now_s();
+        if (ls_session_eval(s, ids + 1, kv, 0, logits, err, sizeof err) != LS_OK) goto evalfail;
+        vb[r] = (now_s() - t0) * 1e3;
+        ls_session_truncate(s, base);
+    }
+    qsort(vb, (size_t)nrep, sizeof(double), cmp_d);
+    qsort(st, (size_t)nrep, sizeof(double), cmp_d);
     qsort(pp, (size_t)reps, sizeof(double), cmp_d);
     qsort(tg, (size_t)reps, sizeof(double), cmp_d);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    ls_model_info mi;
+    ls_model_get_info(m, &mi);
     printf("device=%s backend=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f decode_tokens=%d "
-           "decode_tok_s=%.2f reps=%d peak_rss_mib=%.1f\n",
-           ls_session_device(s), ls_device_name_of(ls_session_device(s)), ls_session_n_threads(s), n_pp, pp[reps / 2], n_tg, tg[reps / 2], reps,
-           ru.ru_maxrss / 1024.0);
+           "decode_tok_s=%.2f reps=%d peak_rss_mib=%.1f weight_gib=%.3f decode_weight_gb_s=%.1f step_ms=%.3f "
+           "verify%d_ms=%.3f verify_over_step=%.2f\n",
+           ls_session_device(s), ls_device_name_of(ls_session_device(s)), ls_session_n_threads(s), n_pp, pp[reps / 2],
+           n_tg, tg[reps / 2], reps, ru.ru_maxrss / 1024.0, mi.weight_bytes / 1073741824.0,
+           mi.weight_bytes * tg[reps / 2] / 1e9, st[nrep / 2], kv, vb[nrep / 2], vb[nrep / 2] / st[nrep / 2]);
     rc = CLI_OK;
     goto done;
 evalfail:
