@@ -11,10 +11,6 @@
 /* Included by the CUDA sources (compiled as C++). */
 #define _Static_assert static_assert
 extern "C" {
-#ifdef __cplusplus
-}
-#endif
-
 #endif
 
 typedef enum {
