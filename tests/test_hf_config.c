@@ -3,7 +3,7 @@
  * (a) Real-shaped configs under tests/data/hf_configs/ (Gemma 3 270M and 4B, Gemma 4 31B as
  *     an MLX 4-bit export, the same 31B saved by transformers 5 with per_layer_config, E2B,
  *     26B-A4B, the 31B assistant): the resolved per-layer arrays and scalars are checked
- *     against the values in ../shared/specs/gemma.md.
+ *     against the values in docs/gemma.md.
  * (b) Inconsistent variants, made by editing one field of a real config with cJSON: each must
  *     fail with a message naming the field.
  * (c) The reference checkpoints under tests/data/hf/ (written by transformers and mlx-lm; skipped

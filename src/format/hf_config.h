@@ -1,5 +1,5 @@
 /* config.json of a Hugging Face / MLX checkpoint, reduced to what the engine needs
- * (../shared/specs/gemma.md 2, 5.1, 6.4). Accepts model_type gemma3_text, gemma3 (with
+ * (docs/gemma.md 2, 5.1, 6.4). Accepts model_type gemma3_text, gemma3 (with
  * text_config), gemma4_text, gemma4 / gemma4_unified (with text_config) and
  * gemma4_assistant (text_config + backbone fields). Per-layer geometry is resolved here
  * once, from either the flat fields (global_head_dim, num_global_key_value_heads,

@@ -1,4 +1,4 @@
-/* safetensors reader (../shared/specs/gemma.md 6.1): one file, or a checkpoint directory
+/* safetensors reader (docs/gemma.md 6.1): one file, or a checkpoint directory
  * with model.safetensors or model.safetensors.index.json + shards. Files are mmapped
  * read-only; tensors point into the mappings. Every header is validated before use:
  * JSON well-formed, dtypes known, shape products and byte sizes overflow-checked and equal

@@ -1,5 +1,5 @@
 /* Gemma 4 assistant (MTP drafter): loader, target-compatibility check, one drafter step
- * and greedy proposals. See assistant.h and ../shared/specs/gemma.md 5.
+ * and greedy proposals. See assistant.h and docs/gemma.md 5.
  *
  * Sliding-window keys. The spec (5.4) and mlx-vlm (masks.py: dist < window) let the draft
  * query at position P see the target's keys k in [P-W+1, P-1] (W-1 keys); the backend's

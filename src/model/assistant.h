@@ -1,4 +1,4 @@
-/* The Gemma 4 assistant (multi-token-prediction drafter, ../shared/specs/gemma.md 5).
+/* The Gemma 4 assistant (multi-token-prediction drafter, docs/gemma.md 5).
  *
  * A small Gemma 4 text stack whose layers are all KV-shared with the TARGET: it has no KV
  * cache of its own and reads the K/V of the target's last non-shared sliding and full

@@ -1,5 +1,5 @@
 /* Gemma 3 / Gemma 4 text forward pass over a block of rows (prefill chunk, decode step or
- * verify block), per ../shared/specs/gemma.md 3: embedding * embd_scale (+ PLE inputs),
+ * verify block), per docs/gemma.md 3: embedding * embd_scale (+ PLE inputs),
  * then per layer
  *   x += post_attn_norm(attn(attn_norm(x)))     q/k RMS-normed per head (v too on Gemma 4),
  *                                               NeoX RoPE with per-layer rotated pairs

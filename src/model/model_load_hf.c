@@ -1,6 +1,6 @@
 /* Loading a Hugging Face or MLX checkpoint directory (config.json + safetensors +
  * tokenizer.json) of Gemma 3 or Gemma 4 into the ls_model representation
- * (../shared/specs/gemma.md 2, 6). Weights stay in the mmapped files (BF16/F16/F32 and
+ * (docs/gemma.md 2, 6). Weights stay in the mmapped files (BF16/F16/F32 and
  * MLX affine-quantized weights map straight into ls_weight); only norm vectors and
  * scalars are converted to f32 (with Gemma 3's 1 + w folded in). Every tensor's shape,
  * dtype and quantization is checked here, once, so the forward pass can trust them;

@@ -1,0 +1,743 @@
+/* The CUDA device kind and backend (backend.h; docs/cuda.md sections 2-3).
+ *
+ * Constants. map_const uploads a constant host range (weights, norm vectors) once per
+ * process into its own cudaMalloc'd copy, reference counted by host base address; ops
+ * receive host addresses (ls_weight data / scales / biases, rmsnorm / mul_rows `w`) and
+ * translate them with dev_ptr(): any address inside a mapped range maps to its copy at the
+ * same offset, NULL stays NULL, anything else is a caller bug and aborts.
+ *
+ * The queue. backend.h: every instance of the kind shares one op queue, ops are ordered
+ * among themselves in call order, and `download` waits for everything queued before it
+ * (the assistant drafter's backend reads the KV cache a session's backend wrote). So there
+ * is ONE process-wide non-blocking stream, created with the first instance and destroyed
+ * with the last. Launches are serialized by a mutex (a launch is microseconds), and while
+ * one thread captures a step (step_begin .. step_end) other threads' calls wait for the end
+ * of that capture, so their work never lands in its graph.
+ *
+ * Step graphs. step_begin(key) starts a capture of the stream (thread-local mode),
+ * step_end() ends it, updates the instance's executable graph for `key` in place
+ * (cudaGraphExecUpdate) or instantiates one (LRU of 16 keys), and launches it. The graph
+ * holds exactly the kernels the ops would have launched, with the same arguments, so replay
+ * gives the same bits as direct launches. LOCKSTEP_CUDA_GRAPHS=0 (read when an instance is
+ * created) launches ops directly. Between step_begin and step_end no alloc, release,
+ * upload, download, sync, map or unmap may happen (each aborts if tried).
+ *
+ * Errors. Every CUDA call is checked; a failure logs the CUDA error and the call and
+ * aborts, except where backend.h defines a failure result (alloc -> NULL, create -> NULL,
+ * map_const -> -1 when device memory runs out). */
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+/* core/log.h is C11 (_Noreturn); spell it the C++ way for this include. */
+#define _Noreturn [[noreturn]]
+extern "C" {
+#include "core/log.h"
+}
+#undef _Noreturn
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_ops.h"
+
+#if __has_include("kernels/cuda/cuda_matmul.h")
+#include "kernels/cuda/cuda_matmul.h"
+#else
+/* TEMPORARY, until kernels/cuda/cuda_matmul.h (the CUDA matmul) lands: weak declarations
+ * so this file compiles and links without it; calling matmul / get_rows then aborts. */
+#define LSC_MATMUL_WEAK 1
+__attribute__((weak)) int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y);
+__attribute__((weak)) int ls_cuda_get_rows(cudaStream_t st, const ls_weight *w, const int32_t *ids, int64_t n,
+                                           float *dst);
+#endif
+
+/* ---- errors -------------------------------------------------------------------------- */
+
+static void lsc_vlog_error(const char *fmt, va_list ap) {
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    ls_log(LS_LOG_ERROR, "%s", msg);
+    /* The message must not vanish with the process when logging is turned off. */
+    if (ls_log_get_level() > LS_LOG_ERROR) fprintf(stderr, "%s\n", msg);
+}
+
+void lsc_fatal(const char *file, int line, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ls_log(LS_LOG_ERROR, "cuda: %s (%s:%d)", msg, file, line);
+    if (ls_log_get_level() > LS_LOG_ERROR) fprintf(stderr, "cuda: %s (%s:%d)\n", msg, file, line);
+    abort();
+}
+
+void lsc_check(cudaError_t e, const char *expr, const char *file, int line) {
+    if (e == cudaSuccess) return;
+    lsc_fatal(file, line, "%s failed: %s (%s)", expr, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+namespace {
+
+void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    lsc_vlog_error(fmt, ap);
+    va_end(ap);
+}
+
+/* ---- device presence ------------------------------------------------------------------ */
+
+bool g_available = false;
+std::once_flag g_available_once;
+
+bool cu_available(void) {
+    std::call_once(g_available_once, [] {
+        int n = 0;
+        const cudaError_t e = cudaGetDeviceCount(&n); /* no driver / no GPU: an error, not a crash */
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* clear it: later calls must not see it */
+            g_available = false;
+        } else {
+            g_available = n > 0;
+        }
+    });
+    return g_available;
+}
+
+char g_device_name[256] = "cuda (no device)";
+std::once_flag g_device_name_once;
+
+const char *cu_device_name(void) {
+    std::call_once(g_device_name_once, [] {
+        if (!cu_available()) return;
+        cudaDeviceProp prop;
+        LSC_CHECK(cudaGetDeviceProperties(&prop, 0));
+        snprintf(g_device_name, sizeof g_device_name, "%s", prop.name);
+    });
+    return g_device_name;
+}
+
+std::once_flag g_init_once;
+
+/* Process-wide device setup (before any instance, outside any capture). */
+void cu_init(void) {
+    std::call_once(g_init_once, [] {
+        LSC_CHECK(cudaSetDevice(0));
+        lsc_attention_init();
+    });
+}
+
+/* ---- the queue: one stream for the process ------------------------------------------- */
+
+std::mutex g_q_mu;
+std::condition_variable g_q_cv;
+cudaStream_t g_stream = nullptr;
+int g_stream_users = 0;
+bool g_capturing = false; /* a step capture is open on g_stream */
+std::thread::id g_capture_owner;
+
+/* Held while enqueueing. Waits while another thread has a capture open, so after the
+ * constructor `g_capturing` means "this thread is capturing". */
+struct QueueLock {
+    std::unique_lock<std::mutex> lk;
+    QueueLock() : lk(g_q_mu) {
+        const std::thread::id me = std::this_thread::get_id();
+        g_q_cv.wait(lk, [me] { return !g_capturing || g_capture_owner == me; });
+    }
+    /* For calls that must not be captured (memory management, host copies). */
+    void forbid_capture(const char *what) const {
+        if (g_capturing) LSC_FATAL("%s between step_begin and step_end (not allowed: backend.h)", what);
+    }
+};
+
+/* ---- constant ranges ------------------------------------------------------------------ */
+
+struct ConstRange {
+    uintptr_t host;
+    size_t bytes;
+    char *dev;
+    int refs;
+};
+
+std::mutex g_reg_mu;
+std::vector<ConstRange> g_ranges; /* sorted by host, pairwise disjoint */
+cudaStream_t g_map_stream = nullptr;
+
+/* The range that starts at or before h, last such (g_reg_mu held); end() if none. */
+std::vector<ConstRange>::iterator range_at_or_before(uintptr_t h) {
+    auto it = std::upper_bound(g_ranges.begin(), g_ranges.end(), h,
+                               [](uintptr_t v, const ConstRange &r) { return v < r.host; });
+    if (it == g_ranges.begin()) return g_ranges.end();
+    return it - 1;
+}
+
+inline size_t span(size_t bytes) {
+    return bytes ? bytes : 1;
+}
+
+/* Device address of a mapped constant host address. */
+const void *dev_ptr(const void *host) {
+    if (!host) return nullptr;
+    const uintptr_t h = (uintptr_t)host;
+    std::lock_guard<std::mutex> lk(g_reg_mu);
+    auto it = range_at_or_before(h);
+    if (it != g_ranges.end() && h - it->host < span(it->bytes)) return it->dev + (h - it->host);
+    LSC_FATAL("host address %p is not inside any constant range mapped with map_const (%zu mapped): weights and "
+              "norm vectors must be mapped before ops use them",
+              host, g_ranges.size());
+}
+
+/* Existing state for [h, h + bytes) (g_reg_mu held): 1 = same base already mapped (its
+ * count incremented), 0 = free to insert, -1 = conflict (err written). */
+int range_claim(uintptr_t h, size_t bytes, char *err, size_t errlen) {
+    auto it = range_at_or_before(h);
+    if (it != g_ranges.end() && it->host == h) {
+        if (it->bytes != bytes) {
+            if (err) snprintf(err, errlen, "cuda map_const: %p already mapped with %zu bytes, now %zu", (void *)h,
+                              it->bytes, bytes);
+            return -1;
+        }
+        it->refs++;
+        return 1;
+    }
+    if (it != g_ranges.end() && h - it->host < span(it->bytes)) {
+        if (err) snprintf(err, errlen, "cuda map_const: [%p, +%zu) overlaps the mapped range [%p, +%zu)", (void *)h,
+                          bytes, (void *)it->host, it->bytes);
+        return -1;
+    }
+    auto next = std::upper_bound(g_ranges.begin(), g_ranges.end(), h,
+                                 [](uintptr_t v, const ConstRange &r) { return v < r.host; });
+    if (next != g_ranges.end() && next->host - h < span(bytes)) {
+        if (err) snprintf(err, errlen, "cuda map_const: [%p, +%zu) overlaps the mapped range [%p, +%zu)", (void *)h,
+                          bytes, (void *)next->host, next->bytes);
+        return -1;
+    }
+    return 0;
+}
+
+int cu_map_const(const void *host, size_t bytes, char *err, size_t errlen) {
+    if (!host) {
+        if (err) snprintf(err, errlen, "cuda map_const: NULL address");
+        return -1;
+    }
+    if (!cu_available()) {
+        if (err) snprintf(err, errlen, "cuda map_const: no CUDA device");
+        return -1;
+    }
+    cu_init();
+    const uintptr_t h = (uintptr_t)host;
+    {
+        std::lock_guard<std::mutex> lk(g_reg_mu);
+        const int c = range_claim(h, bytes, err, errlen);
+        if (c != 0) return c > 0 ? 0 : -1;
+        if (!g_map_stream) LSC_CHECK(cudaStreamCreateWithFlags(&g_map_stream, cudaStreamNonBlocking));
+    }
+    /* Upload outside the locks (gigabytes of weights must not stall other sessions), on a
+     * stream of its own, complete before the range becomes visible to dev_ptr. */
+    void *dev = nullptr;
+    const cudaError_t e = cudaMalloc(&dev, span(bytes));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (err) snprintf(err, errlen, "cuda map_const: cudaMalloc of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+        return -1;
+    }
+    if (bytes) LSC_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g_map_stream));
+    LSC_CHECK(cudaStreamSynchronize(g_map_stream));
+
+    QueueLock q; /* cudaFree below, if another thread mapped the same range meanwhile */
+    q.forbid_capture("map_const");
+    std::lock_guard<std::mutex> lk(g_reg_mu);
+    const int c = range_claim(h, bytes, err, errlen);
+    if (c != 0) {
+        LSC_CHECK(cudaFree(dev));
+        return c > 0 ? 0 : -1;
+    }
+    ConstRange r = {h, bytes, (char *)dev, 1};
+    g_ranges.insert(std::upper_bound(g_ranges.begin(), g_ranges.end(), h,
+                                     [](uintptr_t v, const ConstRange &x) { return v < x.host; }),
+                    r);
+    return 0;
+}
+
+void cu_unmap_const(const void *host) {
+    if (!host) return;
+    QueueLock q;
+    q.forbid_capture("unmap_const");
+    char *dev = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(g_reg_mu);
+        auto it = range_at_or_before((uintptr_t)host);
+        if (it == g_ranges.end() || it->host != (uintptr_t)host) {
+            /* a no-op (model_device.c unmaps every range after a partial map failure) */
+            LS_DEBUG("cuda: unmap_const(%p): not a mapped base, nothing to do", host);
+            return;
+        }
+        if (--it->refs > 0) return;
+        dev = it->dev;
+        g_ranges.erase(it);
+    }
+    LSC_CHECK(cudaFree(dev)); /* waits for the device: queued ops that read it have finished */
+}
+
+/* ---- backend instances ---------------------------------------------------------------- */
+
+constexpr size_t kStagingBytes = (size_t)8 << 20; /* overlapping copies, in pieces of this */
+constexpr int kGraphCache = 16;
+
+struct GraphEntry {
+    int64_t key;
+    cudaGraphExec_t exec;
+    uint64_t last_used;
+};
+
+struct CudaBackend {
+    ls_backend base;
+    cudaEvent_t done; /* upload / download completion */
+    char *staging;
+    float *attn_scratch;
+    size_t attn_bytes;
+    bool graphs;  /* LOCKSTEP_CUDA_GRAPHS != "0" */
+    bool in_step; /* between step_begin and step_end */
+    int64_t step_key;
+    GraphEntry cache[kGraphCache];
+    int n_cache;
+    uint64_t tick;
+};
+
+CudaBackend *impl_of(ls_backend *be) {
+    return (CudaBackend *)be->impl;
+}
+
+void no_step(CudaBackend *c, const char *what) {
+    if (c->in_step) LSC_FATAL("%s between step_begin and step_end (not allowed: backend.h)", what);
+}
+
+/* ---- memory ---- */
+
+void *cu_alloc(ls_backend *be, size_t bytes) {
+    no_step(impl_of(be), "alloc");
+    QueueLock q;
+    q.forbid_capture("alloc");
+    void *p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1); /* 256-byte aligned */
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        log_error("cuda: alloc of %zu bytes: out of device memory", bytes);
+        return nullptr;
+    }
+    LSC_CHECK(e);
+    return p;
+}
+
+void cu_release(ls_backend *be, void *buf) {
+    if (!buf) return;
+    no_step(impl_of(be), "release");
+    QueueLock q;
+    q.forbid_capture("release");
+    LSC_CHECK(cudaFree(buf)); /* implicitly waits for queued work */
+}
+
+void cu_upload(ls_backend *be, void *dst, const void *src_host, size_t bytes) {
+    CudaBackend *c = impl_of(be);
+    no_step(c, "upload");
+    if (!bytes) return;
+    {
+        QueueLock q;
+        q.forbid_capture("upload");
+        LSC_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, g_stream));
+        LSC_CHECK(cudaEventRecord(c->done, g_stream));
+    }
+    LSC_CHECK(cudaEventSynchronize(c->done)); /* the caller may reuse src_host at once */
+}
+
+void cu_download(ls_backend *be, void *dst_host, const void *src, size_t bytes) {
+    CudaBackend *c = impl_of(be);
+    no_step(c, "download");
+    if (!bytes) return;
+    {
+        QueueLock q;
+        q.forbid_capture("download");
+        LSC_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, g_stream));
+        LSC_CHECK(cudaEventRecord(c->done, g_stream));
+    }
+    LSC_CHECK(cudaEventSynchronize(c->done));
+}
+
+/* memmove on the device. Disjoint: one copy. Overlapping with distance g = |dst - src|:
+ * pieces ordered away from the overlap (ascending when dst < src, descending otherwise),
+ * each read before anything writes over it: directly in pieces of g bytes (a piece's source
+ * and destination are then disjoint) when that takes few copies, else through the staging
+ * buffer in pieces of kStagingBytes. */
+void cu_copy(ls_backend *be, void *dst, const void *src, size_t bytes) {
+    CudaBackend *c = impl_of(be);
+    if (!bytes || dst == src) return;
+    QueueLock q;
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    auto mc = [](void *to, const void *from, size_t n) {
+        LSC_CHECK(cudaMemcpyAsync(to, from, n, cudaMemcpyDeviceToDevice, g_stream));
+    };
+    if (d + bytes <= s || s + bytes <= d) {
+        mc(d, s, bytes);
+        return;
+    }
+    const size_t gap = d < s ? (size_t)(s - d) : (size_t)(d - s); /* 0 < gap < bytes */
+    const size_t piece = gap >= kStagingBytes || bytes / gap <= 16 ? gap : kStagingBytes;
+    const bool staged = piece != gap;
+    if (d < s) {
+        for (size_t off = 0; off < bytes; off += piece) {
+            const size_t n = std::min(piece, bytes - off);
+            if (staged) {
+                mc(c->staging, s + off, n);
+                mc(d + off, c->staging, n);
+            } else {
+                mc(d + off, s + off, n);
+            }
+        }
+    } else {
+        for (size_t end = bytes; end > 0;) {
+            const size_t n = std::min(piece, end);
+            end -= n;
+            if (staged) {
+                mc(c->staging, s + end, n);
+                mc(d + end, c->staging, n);
+            } else {
+                mc(d + end, s + end, n);
+            }
+        }
+    }
+}
+
+/* Waits for everything queued before it (one queue for the process, so this is also every
+ * other instance's earlier work; ordering between instances needs no sync here). */
+void cu_sync(ls_backend *be) {
+    CudaBackend *c = impl_of(be);
+    no_step(c, "sync");
+    {
+        QueueLock q;
+        q.forbid_capture("sync");
+        LSC_CHECK(cudaEventRecord(c->done, g_stream));
+    }
+    LSC_CHECK(cudaEventSynchronize(c->done));
+}
+
+void cu_copy_rows(ls_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
+                  int64_t rows) {
+    (void)be;
+    QueueLock q;
+    lsc_copy_rows(g_stream, dst, dst_stride, src, src_stride, width, rows);
+}
+
+void cu_fill(ls_backend *be, float *x, float v, int64_t n) {
+    (void)be;
+    QueueLock q;
+    lsc_fill(g_stream, x, v, n);
+}
+
+/* ---- compute ---- */
+
+/* The device address of a mapped constant, or the pointer itself when it lies in no
+ * mapped range (then it must be backend memory: only for in_backend weights). */
+const void *dev_ptr_or_self(const void *p) {
+    if (!p) return nullptr;
+    const uintptr_t h = (uintptr_t)p;
+    std::lock_guard<std::mutex> lk(g_reg_mu);
+    auto it = range_at_or_before(h);
+    if (it != g_ranges.end() && h - it->host < span(it->bytes)) return it->dev + (h - it->host);
+    return p;
+}
+
+/* The weight with device addresses: mapped constants translated; an in_backend weight's
+ * data (a backend buffer made at run time) used as it is, its scales / biases translated
+ * when they are mapped constants and used as they are otherwise. */
+ls_weight translate(const ls_weight *w) {
+    ls_weight d = *w;
+    if (w->in_backend) {
+        d.scales = dev_ptr_or_self(w->scales);
+        d.biases = dev_ptr_or_self(w->biases);
+    } else {
+        d.data = dev_ptr(w->data);
+        d.scales = dev_ptr(w->scales);
+        d.biases = dev_ptr(w->biases);
+    }
+    return d;
+}
+
+void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, float *y) {
+    (void)be;
+    if (m <= 0) return;
+    QueueLock q;
+    const ls_weight d = translate(w);
+#ifdef LSC_MATMUL_WEAK
+    if (!ls_cuda_matmul) LSC_FATAL("matmul: this build has no CUDA matmul (kernels/cuda/cuda_matmul.h missing)");
+#endif
+    if (ls_cuda_matmul(g_stream, &d, x, m, y) != 0)
+        LSC_FATAL("matmul: weight type %s (%d), %lld x %lld, unsupported by the CUDA matmul", ls_type_name(w->type),
+                  (int)w->type, (long long)w->rows, (long long)w->cols);
+}
+
+void cu_get_rows(ls_backend *be, const ls_weight *table, const int32_t *ids, int64_t n, float *dst) {
+    (void)be;
+    if (n <= 0) return;
+    QueueLock q;
+    const ls_weight d = translate(table);
+#ifdef LSC_MATMUL_WEAK
+    if (!ls_cuda_get_rows) LSC_FATAL("get_rows: this build has no CUDA get_rows (kernels/cuda/cuda_matmul.h missing)");
+#endif
+    if (ls_cuda_get_rows(g_stream, &d, ids, n, dst) != 0)
+        LSC_FATAL("get_rows: table type %s (%d), %lld x %lld, unsupported by the CUDA get_rows",
+                  ls_type_name(table->type), (int)table->type, (long long)table->rows, (long long)table->cols);
+}
+
+void cu_rmsnorm(ls_backend *be, float *x, const float *w, int64_t m, int64_t n, float eps) {
+    (void)be;
+    QueueLock q;
+    lsc_rmsnorm(g_stream, x, (const float *)dev_ptr(w), m, n, eps);
+}
+
+void cu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
+                   const int32_t *pos, float theta_base, float freq_scale) {
+    (void)be;
+    QueueLock q;
+    lsc_rope_pairs(g_stream, x, m, n_heads, hd, n_pairs, pos, theta_base, freq_scale);
+}
+
+void cu_attention(ls_backend *be, const ls_attn_args *a) {
+    CudaBackend *c = impl_of(be);
+    QueueLock q;
+    lsc_attention(g_stream, a, c->attn_scratch, c->attn_bytes);
+}
+
+void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
+    (void)be;
+    QueueLock q;
+    lsc_gelu_mul(g_stream, gate, up, n);
+}
+
+void cu_add(ls_backend *be, float *x, const float *y, int64_t n) {
+    (void)be;
+    QueueLock q;
+    lsc_add(g_stream, x, y, n);
+}
+
+void cu_scale(ls_backend *be, float *x, float s, int64_t n) {
+    (void)be;
+    QueueLock q;
+    lsc_scale(g_stream, x, s, n);
+}
+
+void cu_axpby(ls_backend *be, float *x, const float *y, float a, float b, int64_t n) {
+    (void)be;
+    QueueLock q;
+    lsc_axpby(g_stream, x, y, a, b, n);
+}
+
+void cu_mul_rows(ls_backend *be, float *x, const float *w, float s, int64_t m, int64_t n) {
+    (void)be;
+    if (!w) LSC_FATAL("mul_rows: NULL weight vector");
+    QueueLock q;
+    lsc_mul_rows(g_stream, x, (const float *)dev_ptr(w), s, m, n);
+}
+
+void cu_softcap(ls_backend *be, float *x, float cap, int64_t n) {
+    (void)be;
+    QueueLock q;
+    lsc_softcap(g_stream, x, cap, n);
+}
+
+void cu_kv_store(ls_backend *be, void *dst, bool f32, const float *src, int64_t n) {
+    (void)be;
+    QueueLock q;
+    lsc_kv_store(g_stream, dst, f32, src, n);
+}
+
+void cu_gather_rows(ls_backend *be, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d) {
+    (void)be;
+    QueueLock q;
+    lsc_gather_rows(g_stream, dst, src, rows, cnt, d);
+}
+
+void cu_scatter_add(ls_backend *be, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
+                    int64_t d) {
+    (void)be;
+    QueueLock q;
+    lsc_scatter_add(g_stream, acc, y, rows, w, cnt, d);
+}
+
+/* ---- step graphs ---- */
+
+void cu_step_begin(ls_backend *be, int64_t key) {
+    CudaBackend *c = impl_of(be);
+    no_step(c, "step_begin");
+    c->in_step = true;
+    c->step_key = key;
+    if (!c->graphs) return;
+    QueueLock q;
+    if (g_capturing) LSC_FATAL("step_begin: this thread already captures a step (of another backend instance)");
+    LSC_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+    g_capturing = true;
+    g_capture_owner = std::this_thread::get_id();
+}
+
+/* The cached executable graph for `key`, updated to `g`, or a new one (evicting the least
+ * recently used of kGraphCache). */
+cudaGraphExec_t graph_for(CudaBackend *c, int64_t key, cudaGraph_t g) {
+    GraphEntry *e = nullptr;
+    for (int i = 0; i < c->n_cache; i++)
+        if (c->cache[i].key == key) e = &c->cache[i];
+    if (e) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(e->exec, g, &info) != cudaSuccess) {
+            (void)cudaGetLastError(); /* a topology change: not an error, and not sticky */
+            LSC_CHECK(cudaGraphExecDestroy(e->exec));
+            LSC_CHECK(cudaGraphInstantiate(&e->exec, g, 0));
+        }
+    } else {
+        if (c->n_cache < kGraphCache) {
+            e = &c->cache[c->n_cache++];
+        } else {
+            e = &c->cache[0];
+            for (int i = 1; i < c->n_cache; i++)
+                if (c->cache[i].last_used < e->last_used) e = &c->cache[i];
+            LSC_CHECK(cudaGraphExecDestroy(e->exec));
+        }
+        e->key = key;
+        LSC_CHECK(cudaGraphInstantiate(&e->exec, g, 0));
+    }
+    e->last_used = ++c->tick;
+    return e->exec;
+}
+
+void cu_step_end(ls_backend *be) {
+    CudaBackend *c = impl_of(be);
+    if (!c->in_step) LSC_FATAL("step_end without step_begin");
+    c->in_step = false;
+    if (!c->graphs) return;
+    QueueLock q;
+    if (!g_capturing) LSC_FATAL("step_end: no capture open");
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(g_stream, &g);
+    g_capturing = false;
+    g_q_cv.notify_all(); /* they proceed once this lock is released, after the launch */
+    LSC_CHECK(e);
+    size_t nodes = 0;
+    LSC_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+    if (nodes > 0) {
+        const cudaGraphExec_t exec = graph_for(c, c->step_key, g);
+        LSC_CHECK(cudaGraphLaunch(exec, g_stream));
+    }
+    LSC_CHECK(cudaGraphDestroy(g));
+}
+
+/* ---- lifetime ---- */
+
+void cu_free(ls_backend *be) {
+    if (!be) return;
+    CudaBackend *c = impl_of(be);
+    if (c->in_step) LSC_FATAL("free between step_begin and step_end");
+    QueueLock q;
+    q.forbid_capture("free");
+    for (int i = 0; i < c->n_cache; i++) LSC_CHECK(cudaGraphExecDestroy(c->cache[i].exec));
+    if (c->staging) LSC_CHECK(cudaFree(c->staging));
+    if (c->attn_scratch) LSC_CHECK(cudaFree(c->attn_scratch));
+    if (c->done) LSC_CHECK(cudaEventDestroy(c->done));
+    if (--g_stream_users == 0) {
+        LSC_CHECK(cudaStreamSynchronize(g_stream));
+        LSC_CHECK(cudaStreamDestroy(g_stream));
+        g_stream = nullptr;
+    }
+    delete c;
+}
+
+ls_backend_ops make_ops(void) {
+    ls_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.host_memory = false;
+    o.alloc = cu_alloc;
+    o.release = cu_release;
+    o.upload = cu_upload;
+    o.download = cu_download;
+    o.copy = cu_copy;
+    o.copy_rows = cu_copy_rows;
+    o.fill = cu_fill;
+    o.sync = cu_sync;
+    o.matmul = cu_matmul;
+    o.get_rows = cu_get_rows;
+    o.rmsnorm = cu_rmsnorm;
+    o.rope_pairs = cu_rope_pairs;
+    o.attention = cu_attention;
+    o.gelu_mul = cu_gelu_mul;
+    o.add = cu_add;
+    o.scale = cu_scale;
+    o.axpby = cu_axpby;
+    o.mul_rows = cu_mul_rows;
+    o.softcap = cu_softcap;
+    o.kv_store = cu_kv_store;
+    o.gather_rows = cu_gather_rows;
+    o.scatter_add = cu_scatter_add;
+    o.step_begin = cu_step_begin;
+    o.step_end = cu_step_end;
+    o.free = cu_free;
+    return o;
+}
+
+const ls_backend_ops g_ops = make_ops();
+
+/* cudaMalloc, NULL (logged) when out of memory. */
+void *create_alloc(size_t bytes, const char *what) {
+    void *p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        log_error("cuda: create: %s (%zu bytes): out of device memory", what, bytes);
+        return nullptr;
+    }
+    LSC_CHECK(e);
+    return p;
+}
+
+ls_backend *cu_create(const ls_backend_params *p) {
+    if (!cu_available()) {
+        log_error("cuda: no CUDA device");
+        return nullptr;
+    }
+    cu_init();
+    CudaBackend *c = new (std::nothrow) CudaBackend();
+    if (!c) return nullptr;
+    c->base.ops = &g_ops;
+    c->base.impl = c;
+    const char *env = getenv("LOCKSTEP_CUDA_GRAPHS");
+    c->graphs = !(env && strcmp(env, "0") == 0);
+
+    QueueLock q;
+    q.forbid_capture("create");
+    if (g_stream_users++ == 0) LSC_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    LSC_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+    c->attn_bytes = lsc_attention_scratch_bytes(p->max_rows, p->max_cols, p->max_keys);
+    c->staging = (char *)create_alloc(kStagingBytes, "copy staging buffer");
+    c->attn_scratch = c->staging ? (float *)create_alloc(c->attn_bytes, "attention scratch") : nullptr;
+    if (!c->attn_scratch) {
+        q.lk.unlock();
+        cu_free(&c->base);
+        return nullptr;
+    }
+    return &c->base;
+}
+
+} // namespace
+
+extern "C" const ls_device_kind ls_device_cuda = {
+    "cuda", cu_available, cu_device_name, cu_map_const, cu_unmap_const, cu_create,
+};

@@ -1,0 +1,49 @@
+/* CUDA matmul and embedding gather for every weight type (matmul.cu, dequant.cuh).
+ *
+ * Batch invariance (docs/cuda.md section 2): there is ONE kernel per weight type and it
+ * serves every M. Each output y[m][n] is reduced over K in one fixed order that depends
+ * only on the weight's type and shape: k-slot s (0..15) accumulates the chunks
+ * ci = s, s + 16, s + 32, .. of row n in increasing order with fmaf (each chunk's elements
+ * in a fixed order), the 8 k-slots of a warp are combined by a fixed xor butterfly (1, 2, 4)
+ * and the two warps' partials are added in slot order. M only decides how many 8-row
+ * activation tiles are launched; a tile's padding rows are skipped, never computed with
+ * different code, so row m gives the same bits whether 1 or 512 rows are in the call.
+ * Weights are dequantized to f32 in registers with the CPU reference's formula and
+ * roundings (dequant.c, mlx_affine.c); activations stay f32.
+ *
+ * Weight memory: w->data should be 16-byte aligned for the fastest loads; any 4-byte (MLX,
+ * F32) or 2-byte (F16, BF16, ggml blocks) alignment works through a slower load path of
+ * the same kernel (a property of the weight, never of M, and the arithmetic is the same).
+ */
+#ifndef LS_KERNELS_CUDA_CUDA_MATMUL_H
+#define LS_KERNELS_CUDA_CUDA_MATMUL_H
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[m][w->rows] = W x[m][w->cols], all f32 row-major. w->data (and for LS_TYPE_MLX_AFFINE
+ * w->scales, w->biases) are DEVICE pointers; x, y device pointers; launched on stream st,
+ * no synchronization, no allocation. Returns 0, or -1 if the weight type/shape is
+ * unsupported (nothing launched). m == 0 launches nothing and returns 0. */
+int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y);
+
+/* dst[i][w->cols] = dequantized row ids[i] of the table w (ids: device int32 array of n),
+ * bit-identical to the CPU reference dequantizer. Same rules as ls_cuda_matmul; ids out of
+ * range give zero rows. */
+int ls_cuda_get_rows(cudaStream_t st, const ls_weight *w, const int32_t *ids, int64_t n, float *dst);
+
+/* Whether ls_cuda_matmul supports this weight (same checks, nothing launched). */
+int ls_cuda_matmul_supported(const ls_weight *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

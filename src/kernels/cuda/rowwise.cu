@@ -1,0 +1,283 @@
+/* Row-wise and element-wise kernels of the CUDA backend (backend.h ops; docs/cuda.md 2).
+ *
+ * Invariance by construction:
+ *  - element-wise ops (fill, add, scale, axpby, gelu_mul, softcap, kv_store, copy_rows,
+ *    gather_rows, scatter_add, mul_rows) compute each output element from the same-index
+ *    input elements only, with the same instruction sequence for every element: no
+ *    reduction at all, so the launch shape cannot matter;
+ *  - rmsnorm is one block of a fixed 256 threads per row: thread t sums x[i]^2 for
+ *    i = t, t + 256, ... (fmaf, increasing i), then a fixed xor-butterfly per warp, then a
+ *    fixed tree over the 8 warp sums. The order depends on n only, never on m;
+ *  - rope_pairs is one block per row; its angles come from the row's position alone.
+ *
+ * Rounding: every product and sum that the CPU backend computes as separate IEEE
+ * operations (its C is compiled with -ffp-contract=off) is written here with __fmul_rn /
+ * __fadd_rn / __fsub_rn, which nvcc never contracts into an FMA (-fmad=true would
+ * otherwise be free to); the fmaf calls are the ones the CPU code makes too. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_ops.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+/* Blocks for a grid-stride loop over n elements (n > 0): enough to fill the GPU. */
+inline unsigned elt_blocks(int64_t n) {
+    int64_t b = (n + kThreads - 1) / kThreads;
+    return (unsigned)(b < 8192 ? b : 8192);
+}
+
+/* Blocks over y of a 2-D launch (the kernels loop over the rest). */
+inline unsigned y_blocks(int64_t rows) {
+    return (unsigned)(rows < 65535 ? rows : 65535);
+}
+
+/* x-blocks of a 2-D launch over row width d (d > 0). */
+inline unsigned x_blocks(int64_t d) {
+    int64_t b = (d + kThreads - 1) / kThreads;
+    return (unsigned)(b < 64 ? b : 64);
+}
+
+#define GRID_STRIDE(i, n)                                                                                              \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void k_fill(float *x, float v, int64_t n) {
+    GRID_STRIDE(i, n) x[i] = v;
+}
+
+__global__ void k_add(float *x, const float *y, int64_t n) {
+    GRID_STRIDE(i, n) x[i] = __fadd_rn(x[i], y[i]);
+}
+
+__global__ void k_scale(float *x, float s, int64_t n) {
+    GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
+}
+
+/* x = (x + y * a) * b, the product and the sum rounded separately (backend.h). */
+__global__ void k_axpby(float *x, const float *y, float a, float b, int64_t n) {
+    GRID_STRIDE(i, n) x[i] = __fmul_rn(__fadd_rn(x[i], __fmul_rn(y[i], a)), b);
+}
+
+/* tanh(x / cap) * cap: CUDA's tanhf (max 2 ulp) differs from glibc's in the last bits,
+ * which is allowed across backends; within this backend it is one fixed function. */
+__global__ void k_softcap(float *x, float cap, int64_t n) {
+    GRID_STRIDE(i, n) x[i] = __fmul_rn(tanhf(__fdiv_rn(x[i], cap)), cap);
+}
+
+/* ls_gelu_scalar (kernels/cpu/dot_f32.c) operation for operation: the same constants, the
+ * same fmaf calls, every other product / sum / quotient rounded on its own. So the bits
+ * equal the CPU backend's (its AVX2 path equals its scalar path). */
+__device__ __forceinline__ float gelu_tanh(float x) {
+    const float a = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
+    const float z = __fmul_rn(0.7978845608028654f, __fadd_rn(x, a));
+    const float m0 = __fmul_rn(-2.0f, fabsf(z));
+    const float m = m0 > -87.0f ? m0 : -87.0f; /* a NaN maps to -87, as on the CPU */
+    const float n = __fsub_rn(__fadd_rn(__fmul_rn(m, 1.44269504088896341f), 12582912.0f), 12582912.0f);
+    float r = fmaf(n, -0.693359375f, m);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float e = __fadd_rn(fmaf(p, __fmul_rn(r, r), r), 1.0f);
+    const float sc = __int_as_float(((int32_t)n + 127) << 23); /* n in [-126, 0] */
+    e = m0 < -87.0f ? 0.0f : __fmul_rn(e, sc);
+    const float t = __fdiv_rn(2.0f, __fadd_rn(1.0f, e));
+    const float opt = z >= 0.0f ? t : __fmul_rn(t, e);
+    return __fmul_rn(__fmul_rn(0.5f, x), opt);
+}
+
+__global__ void k_gelu_mul(float *g, const float *u, int64_t n) {
+    GRID_STRIDE(i, n) g[i] = __fmul_rn(gelu_tanh(g[i]), u[i]);
+}
+
+/* f32 -> f16 round-to-nearest-even (the CPU's ls_f32_to_f16; NaN payloads may differ). */
+__global__ void k_store_f16(__half *dst, const float *src, int64_t n) {
+    GRID_STRIDE(i, n) dst[i] = __float2half_rn(src[i]);
+}
+
+__global__ void k_copy_rows(float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
+                            int64_t rows) {
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < width; i += (int64_t)gridDim.x * blockDim.x)
+            dst[r * dst_stride + i] = src[r * src_stride + i];
+}
+
+/* x[r][i] = (x[r][i] * w[i]) * s */
+__global__ void k_mul_rows(float *x, const float *w, float s, int64_t m, int64_t n) {
+    for (int64_t r = blockIdx.y; r < m; r += gridDim.y)
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+            x[r * n + i] = __fmul_rn(__fmul_rn(x[r * n + i], w[i]), s);
+}
+
+__global__ void k_gather_rows(float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d) {
+    for (int64_t j = blockIdx.y; j < cnt; j += gridDim.y) {
+        const float *s = src + (int64_t)rows[j] * d;
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x)
+            dst[j * d + i] = s[i];
+    }
+}
+
+/* acc[rows[j]][i] = acc[rows[j]][i] + y[j][i] * w[j]; rows[j] distinct within a call, so no
+ * two threads touch one element (no atomics). */
+__global__ void k_scatter_add(float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt, int64_t d) {
+    for (int64_t j = blockIdx.y; j < cnt; j += gridDim.y) {
+        float *a = acc + (int64_t)rows[j] * d;
+        const float wj = w[j];
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x)
+            a[i] = __fadd_rn(a[i], __fmul_rn(y[j * d + i], wj));
+    }
+}
+
+/* One block (kThreads) per row: x = x / sqrt(mean(x^2) + eps) * w, in the CPU's formula
+ * scale = 1 / sqrt(ss / n + eps), then (x * scale) * w. */
+__global__ void __launch_bounds__(kThreads) k_rmsnorm(float *x, const float *w, int64_t n, float eps) {
+    float *row = x + (int64_t)blockIdx.x * n;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) s = fmaf(row[i], row[i], s);
+    /* xor butterfly: both partners add the same two values (a + b == b + a), so every lane
+     * ends with the same bits. */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
+    __shared__ float ws[kThreads / 32];
+    if ((threadIdx.x & 31) == 0) ws[threadIdx.x >> 5] = s;
+    __syncthreads();
+    static_assert(kThreads / 32 == 8, "the warp tree below is written for 8 warps");
+    const float ss = __fadd_rn(__fadd_rn(__fadd_rn(ws[0], ws[1]), __fadd_rn(ws[2], ws[3])),
+                               __fadd_rn(__fadd_rn(ws[4], ws[5]), __fadd_rn(ws[6], ws[7])));
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+    if (w)
+        for (int64_t i = threadIdx.x; i < n; i += kThreads) row[i] = __fmul_rn(__fmul_rn(row[i], scale), w[i]);
+    else
+        for (int64_t i = threadIdx.x; i < n; i += kThreads) row[i] = __fmul_rn(row[i], scale);
+}
+
+/* One block per row. Angles as kernels/cpu/rope.c builds them: inverse frequency
+ * (float)pow((double)theta, -2.0 * j / (double)hd) * freq_scale (f32 product), angle
+ * (double)pos * (double)invf in double, cos / sin in double rounded to float. The
+ * rotation is two rounded products and a rounded sum / difference, as on the CPU. CUDA's
+ * double pow / sincos differ from glibc's by an ulp of a double at most, which almost never
+ * shows after rounding to float (accuracy, not exactness, is what holds across backends). */
+constexpr int kRopeThreads = 128;
+
+__global__ void __launch_bounds__(kRopeThreads)
+    k_rope_pairs(float *x, int32_t n_heads, int32_t hd, int32_t n_pairs, const int32_t *pos, float theta_base,
+                 float freq_scale) {
+    __shared__ float cs[512], sn[512];
+    const int64_t r = blockIdx.x;
+    const double p = (double)pos[r];
+    for (int32_t j = threadIdx.x; j < n_pairs; j += kRopeThreads) {
+        const float invf = __fmul_rn((float)pow((double)theta_base, -2.0 * j / (double)hd), freq_scale);
+        double s, c;
+        sincos(p * (double)invf, &s, &c);
+        cs[j] = (float)c;
+        sn[j] = (float)s;
+    }
+    __syncthreads();
+    const int32_t half = hd / 2;
+    float *xr = x + r * n_heads * (int64_t)hd;
+    const int64_t total = (int64_t)n_heads * n_pairs;
+    for (int64_t t = threadIdx.x; t < total; t += kRopeThreads) {
+        const int32_t h = (int32_t)(t / n_pairs), j = (int32_t)(t % n_pairs);
+        float *v = xr + (int64_t)h * hd;
+        const float a = v[j], b = v[j + half];
+        v[j] = __fsub_rn(__fmul_rn(a, cs[j]), __fmul_rn(b, sn[j]));
+        v[j + half] = __fadd_rn(__fmul_rn(b, cs[j]), __fmul_rn(a, sn[j]));
+    }
+}
+
+} // namespace
+
+void lsc_fill(cudaStream_t st, float *x, float v, int64_t n) {
+    if (n <= 0) return;
+    k_fill<<<elt_blocks(n), kThreads, 0, st>>>(x, v, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
+                   int64_t rows) {
+    if (rows <= 0 || width <= 0) return;
+    k_copy_rows<<<dim3(x_blocks(width), y_blocks(rows)), kThreads, 0, st>>>(dst, dst_stride, src, src_stride, width,
+                                                                             rows);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps) {
+    if (m <= 0 || n <= 0) return;
+    LSC_REQUIRE(m <= INT32_MAX);
+    k_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(x, w, n, eps);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_rope_pairs(cudaStream_t st, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
+                    const int32_t *pos, float theta_base, float freq_scale) {
+    if (m <= 0 || n_heads <= 0 || n_pairs <= 0) return;
+    LSC_REQUIRE(hd > 0 && hd % 2 == 0 && hd / 2 <= 512 && n_pairs <= hd / 2 && m <= INT32_MAX);
+    k_rope_pairs<<<(unsigned)m, kRopeThreads, 0, st>>>(x, n_heads, hd, n_pairs, pos, theta_base, freq_scale);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_gelu_mul(cudaStream_t st, float *gate, const float *up, int64_t n) {
+    if (n <= 0) return;
+    k_gelu_mul<<<elt_blocks(n), kThreads, 0, st>>>(gate, up, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_add(cudaStream_t st, float *x, const float *y, int64_t n) {
+    if (n <= 0) return;
+    k_add<<<elt_blocks(n), kThreads, 0, st>>>(x, y, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_scale(cudaStream_t st, float *x, float s, int64_t n) {
+    if (n <= 0) return;
+    k_scale<<<elt_blocks(n), kThreads, 0, st>>>(x, s, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_axpby(cudaStream_t st, float *x, const float *y, float a, float b, int64_t n) {
+    if (n <= 0) return;
+    k_axpby<<<elt_blocks(n), kThreads, 0, st>>>(x, y, a, b, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_mul_rows(cudaStream_t st, float *x, const float *w, float s, int64_t m, int64_t n) {
+    if (m <= 0 || n <= 0) return;
+    k_mul_rows<<<dim3(x_blocks(n), y_blocks(m)), kThreads, 0, st>>>(x, w, s, m, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_softcap(cudaStream_t st, float *x, float cap, int64_t n) {
+    if (n <= 0) return;
+    k_softcap<<<elt_blocks(n), kThreads, 0, st>>>(x, cap, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, int64_t n) {
+    if (n <= 0) return;
+    if (f32) {
+        LSC_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        return;
+    }
+    k_store_f16<<<elt_blocks(n), kThreads, 0, st>>>((__half *)dst, src, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_gather_rows(cudaStream_t st, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d) {
+    if (cnt <= 0 || d <= 0) return;
+    k_gather_rows<<<dim3(x_blocks(d), y_blocks(cnt)), kThreads, 0, st>>>(dst, src, rows, cnt, d);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_scatter_add(cudaStream_t st, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
+                     int64_t d) {
+    if (cnt <= 0 || d <= 0) return;
+    k_scatter_add<<<dim3(x_blocks(d), y_blocks(cnt)), kThreads, 0, st>>>(acc, y, rows, w, cnt, d);
+    LSC_CHECK_LAUNCH();
+}
