@@ -27,7 +27,11 @@
  *     K / V row straight from memory into registers (16-byte loads where aligned; a warp
  *     reads a row's contiguous hd elements), shared by every query vector of the tile.
  *     The tile only decides what is loaded and which warp computes what; no query's
- *     arithmetic sees another query's data.
+ *     arithmetic sees another query's data. The kernel comes in two register-tile
+ *     variants (up to 2 query vectors a tile with 8 keys in flight a warp, for decode; up
+ *     to 16 / 8 / 4 for hd <= 128 / 256 / 512 otherwise) that run the same arithmetic per
+ *     query (the multi-value butterfly in warp_sum_multi pairs lanes exactly as the
+ *     single-value one), so the variant a launch picks never shows in the bits.
  *  2. k_attn_combine, one block per (row, head): folds the row's chunk partials in
  *     increasing position order with the online-softmax rescale
  *       M' = max(M, mx_c); a = expf(M - M'); b = expf(mx_c - M');
@@ -40,8 +44,13 @@
  * combine are the same whatever group it is in.
  *
  * Shared memory of the partial kernel: probabilities [qn][256] and the 8 warps' output
- * partials [8][qn][hd] (qn <= min(16, 64 / E): at most 80 KB). The query vectors live in
- * registers (qn x E floats a lane). */
+ * partials [8][qn][hd] (qn * hd <= 2048: at most 80 KB). The query vectors live in
+ * registers (qn x E floats a lane).
+ *
+ * Measured on an H200 (tests/cuda/test_cuda_ops.cu --bench, f16 KV, 2026-12-01): decode
+ * hd 256, 32 / 16 heads, 4096 keys 52 us (1.3 TB/s of K / V), window 1024 34 us; prefill
+ * 512 rows over 512 keys 0.51 ms. CUDA cores in f32 (tensor cores would round q and p to
+ * f16 / tf32: 1e-3, not the 1e-5 the tests hold the CPU to). */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <limits.h>

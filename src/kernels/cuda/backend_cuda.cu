@@ -47,18 +47,8 @@ extern "C" {
 #undef _Noreturn
 
 #include "kernels/backend.h"
-#include "kernels/cuda/cuda_ops.h"
-
-#if __has_include("kernels/cuda/cuda_matmul.h")
 #include "kernels/cuda/cuda_matmul.h"
-#else
-/* TEMPORARY, until kernels/cuda/cuda_matmul.h (the CUDA matmul) lands: weak declarations
- * so this file compiles and links without it; calling matmul / get_rows then aborts. */
-#define LSC_MATMUL_WEAK 1
-__attribute__((weak)) int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y);
-__attribute__((weak)) int ls_cuda_get_rows(cudaStream_t st, const ls_weight *w, const int32_t *ids, int64_t n,
-                                           float *dst);
-#endif
+#include "kernels/cuda/cuda_ops.h"
 
 /* ---- errors -------------------------------------------------------------------------- */
 
@@ -479,9 +469,6 @@ void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, fl
     if (m <= 0) return;
     QueueLock q;
     const ls_weight d = translate(w);
-#ifdef LSC_MATMUL_WEAK
-    if (!ls_cuda_matmul) LSC_FATAL("matmul: this build has no CUDA matmul (kernels/cuda/cuda_matmul.h missing)");
-#endif
     if (ls_cuda_matmul(g_stream, &d, x, m, y) != 0)
         LSC_FATAL("matmul: weight type %s (%d), %lld x %lld, unsupported by the CUDA matmul", ls_type_name(w->type),
                   (int)w->type, (long long)w->rows, (long long)w->cols);
@@ -492,9 +479,6 @@ void cu_get_rows(ls_backend *be, const ls_weight *table, const int32_t *ids, int
     if (n <= 0) return;
     QueueLock q;
     const ls_weight d = translate(table);
-#ifdef LSC_MATMUL_WEAK
-    if (!ls_cuda_get_rows) LSC_FATAL("get_rows: this build has no CUDA get_rows (kernels/cuda/cuda_matmul.h missing)");
-#endif
     if (ls_cuda_get_rows(g_stream, &d, ids, n, dst) != 0)
         LSC_FATAL("get_rows: table type %s (%d), %lld x %lld, unsupported by the CUDA get_rows",
                   ls_type_name(table->type), (int)table->type, (long long)table->rows, (long long)table->cols);

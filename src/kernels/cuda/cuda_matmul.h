@@ -3,13 +3,13 @@
  * Batch invariance (docs/cuda.md section 2): there is ONE kernel per weight type and it
  * serves every M. Each output y[m][n] is reduced over K in one fixed order that depends
  * only on the weight's type and shape: k-slot s (0..15) accumulates the chunks
- * ci = s, s + 16, s + 32, .. of row n in increasing order with fmaf (each chunk's elements
- * in a fixed order), the 8 k-slots of a warp are combined by a fixed xor butterfly (1, 2, 4)
- * and the two warps' partials are added in slot order. M only decides how many 8-row
- * activation tiles are launched; a tile's padding rows are skipped, never computed with
- * different code, so row m gives the same bits whether 1 or 512 rows are in the call.
- * Weights are dequantized to f32 in registers with the CPU reference's formula and
- * roundings (dequant.c, mlx_affine.c); activations stay f32.
+ * ci = s, s + 16, s + 32, .. of row n in increasing order with fmaf into two chains (even
+ * and odd quad groups of each chunk, added at the end), the 8 k-slots of a warp are
+ * combined by a fixed xor butterfly (1, 2, 4) and the two warps' partials are added in slot
+ * order. M only decides how many 8-row activation tiles are launched; a tile's padding rows
+ * are skipped, never computed with different arithmetic, so row m gives the same bits
+ * whether 1 or 512 rows are in the call. Weights are dequantized to f32 in registers with
+ * the CPU reference's formula and roundings (dequant.c, mlx_affine.c); activations stay f32.
  *
  * Weight memory: w->data should be 16-byte aligned for the fastest loads; any 4-byte (MLX,
  * F32) or 2-byte (F16, BF16, ggml blocks) alignment works through a slower load path of

@@ -1,12 +1,14 @@
 /* Device-side weight decoding for the CUDA matmul (matmul.cu): one traits struct per weight
  * type, each giving
- *   - the lane "chunk": E consecutive-in-order elements a lane loads and decodes at once
- *     (E/4 quads of 4 consecutive k each; kpos(ci, q) is the row offset of quad q of chunk
- *     ci), how to load its raw bytes (16-byte loads where the layout allows), and
- *   - the dequantization of the chunk's quads to f32, with the CPU reference's formula and
- *     roundings (src/kernels/cpu/dequant.c, mlx_affine.c), and
- *   - ref32(): the same values computed element by element exactly like the reference, for
- *     get_rows (bit-identical to the CPU dequantizer, signed zeros and NaNs included).
+ *   - the lane "chunk": E elements a lane loads and decodes at once (E/4 quads of 4
+ *     consecutive k each; kpos(ci, q) is the row offset of quad q of chunk ci), how to load
+ *     its raw bytes into registers (16-byte loads where the layout allows, aligned words and
+ *     funnel shifts for 2-byte aligned blocks), prep (per-chunk scales) and dq (a group of
+ *     GS quads dequantized to f32) with the CPU reference's formula and roundings
+ *     (src/kernels/cpu/dequant.c, mlx_affine.c), and
+ *   - ref32(): 32 elements computed one by one exactly like the reference, for get_rows,
+ *     written straight to the output row (bit-identical to the CPU dequantizer, signed
+ *     zeros and NaNs included).
  *
  * Exactness of the fast path: for a small unsigned integer q, the float f = 2^23 + q is made
  * by placing q in the mantissa of 0x4B000000 (one byte permute); then
@@ -116,42 +118,6 @@ __device__ __forceinline__ void ld16(uint32_t *o, const uint8_t *p, int a16) {
     }
 }
 
-/* ---- loads from the shared-memory copy of a weight tile (matmul.cu stages each tile of
- * rows with cp.async so that a byte sits at the same address modulo 16 as in global memory:
- * fields are 16-byte aligned there exactly when they are in global memory) ---- */
-__device__ __forceinline__ uint32_t sw(const uint8_t *p) {
-    return *reinterpret_cast<const uint32_t *>(p);
-}
-__device__ __forceinline__ uint32_t shw(const uint8_t *p) {
-    return *reinterpret_cast<const uint16_t *>(p);
-}
-/* NWD words at a 2-byte aligned shared address (aligned words and funnel shifts; the extra
- * word is read only when p is not 4-aligned, and then holds bytes of the field). */
-template <int NWD>
-__device__ __forceinline__ void lds_a2(uint32_t *o, const uint8_t *p) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const uint8_t *b = p - (a & 3u);
-    const unsigned sh = (unsigned)(a & 3u) * 8u;
-    uint32_t v[NWD + 1];
-#pragma unroll
-    for (int j = 0; j < NWD; j++) v[j] = sw(b + 4 * j);
-    v[NWD] = sw(b + 4 * (sh ? NWD : NWD - 1));
-#pragma unroll
-    for (int j = 0; j < NWD; j++) o[j] = __funnelshift_r(v[j], v[j + 1], sh);
-}
-/* 16 bytes at a shared address: one 16-byte load when a16 (uniform per launch), else lds_a2. */
-__device__ __forceinline__ void lds16(uint32_t *o, const uint8_t *p, int a16) {
-    if (a16) {
-        const uint4 v = *reinterpret_cast<const uint4 *>(p);
-        o[0] = v.x;
-        o[1] = v.y;
-        o[2] = v.z;
-        o[3] = v.w;
-    } else {
-        lds_a2<4>(o, p);
-    }
-}
-
 /* Q4_K / Q5_K 6-bit scales and mins of sub-blocks 2g and 2g+1 (the reference's
  * k4_scale_min, two at a time): S0, S1, S2 are the 12 scale bytes as three words. */
 __device__ __forceinline__ void k4_pair(uint32_t S0, uint32_t S1, uint32_t S2, int g, uint32_t &sc, uint32_t &mn) {
@@ -182,13 +148,12 @@ __device__ __forceinline__ void k4_scale_min_ref(int j, const uint8_t *q, int &s
 /* F32: chunk = 4 elements (16 bytes). */
 struct TF32 {
     static constexpr int E = 4, QPC = 1, GS = 1, NG = 1, CPT = 4;
-    static constexpr int TB = 1024; /* bytes of a tile row: 16 * CPT chunks */
     struct Raw {
         uint32_t v[4];
     };
     struct Prep {};
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *, const uint8_t *) {
-        lds16(r.v, tb + 16 * c, a16);
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *, const uint8_t *, const Ctx &) {
+        ld16(r.v, tb + 16 * c, a16);
     }
     static __device__ __forceinline__ void prep(Prep &, const Raw &, const Ctx &, int) {}
     static __device__ __forceinline__ void dq(float *o, int, const Raw &r, const Prep &) {
@@ -209,13 +174,12 @@ struct TF32 {
 template <bool BF>
 struct THalf {
     static constexpr int E = 8, QPC = 2, GS = 2, NG = 1, CPT = 4;
-    static constexpr int TB = 1024;
     struct Raw {
         uint32_t v[4];
     };
     struct Prep {};
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *, const uint8_t *) {
-        lds16(r.v, tb + 16 * c, a16);
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *, const uint8_t *, const Ctx &) {
+        ld16(r.v, tb + 16 * c, a16);
     }
     static __device__ __forceinline__ void prep(Prep &, const Raw &, const Ctx &, int) {}
     static __device__ __forceinline__ void dq(float *o, int, const Raw &r, const Prep &) {
@@ -249,17 +213,16 @@ struct THalf {
  * value (float)(q - 8) * d. Chunk = one block. */
 struct TQ4_0 {
     static constexpr int E = 32, QPC = 8, GS = 2, NG = 4, CPT = 2;
-    static constexpr int TB = 32 * 18;
     struct Raw {
         uint32_t d, q[4];
     };
     struct Prep {
         float d;
     };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *) {
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *, const Ctx &) {
         const uint8_t *b = tb + 18 * c;
-        r.d = shw(b);
-        lds_a2<4>(r.q, b + 2);
+        r.d = ldh(b);
+        ld_a2<4>(r.q, b + 2);
     }
     static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int) { p.d = f16f(r.d); }
     /* group G = word G of qs: quads G (low nibbles) and 4 + G (high nibbles) */
@@ -287,18 +250,17 @@ struct TQ4_0 {
 /* Q4_1: {f16 d, m; u8 qs[16]} (20 B, 4-aligned); value (float)q * d + m. */
 struct TQ4_1 {
     static constexpr int E = 32, QPC = 8, GS = 2, NG = 4, CPT = 2;
-    static constexpr int TB = 32 * 20;
     struct Raw {
         uint32_t dm, q[4];
     };
     struct Prep {
         float d, nd, m;
     };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *) {
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *, const Ctx &) {
         const uint8_t *b = tb + 20 * c;
-        r.dm = sw(b);
+        r.dm = ldw(b);
 #pragma unroll
-        for (int j = 0; j < 4; j++) r.q[j] = sw(b + 4 + 4 * j);
+        for (int j = 0; j < 4; j++) r.q[j] = ldw(b + 4 + 4 * j);
     }
     static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int) {
         p.d = f16f(r.dm);
@@ -335,18 +297,17 @@ __device__ __forceinline__ uint32_t spread4(uint32_t x) {
  * value (float)(q - 16) * d. */
 struct TQ5_0 {
     static constexpr int E = 32, QPC = 8, GS = 2, NG = 4, CPT = 2;
-    static constexpr int TB = 32 * 22;
     struct Raw {
         uint32_t d, qh, q[4];
     };
     struct Prep {
         float d;
     };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *) {
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *, const Ctx &) {
         const uint8_t *b = tb + 22 * c;
-        r.d = shw(b);
+        r.d = ldh(b);
         uint32_t t[5];
-        lds_a2<5>(t, b + 2);
+        ld_a2<5>(t, b + 2);
         r.qh = t[0];
 #pragma unroll
         for (int j = 0; j < 4; j++) r.q[j] = t[j + 1];
@@ -380,19 +341,18 @@ struct TQ5_0 {
 /* Q5_1: {f16 d, m; u8 qh[4]; u8 qs[16]} (24 B, 8-aligned); value (float)q * d + m. */
 struct TQ5_1 {
     static constexpr int E = 32, QPC = 8, GS = 2, NG = 4, CPT = 2;
-    static constexpr int TB = 32 * 24;
     struct Raw {
         uint32_t dm, qh, q[4];
     };
     struct Prep {
         float d, nd, m;
     };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *) {
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *, const Ctx &) {
         const uint8_t *b = tb + 24 * c;
-        r.dm = sw(b);
-        r.qh = sw(b + 4);
+        r.dm = ldw(b);
+        r.qh = ldw(b + 4);
 #pragma unroll
-        for (int j = 0; j < 4; j++) r.q[j] = sw(b + 8 + 4 * j);
+        for (int j = 0; j < 4; j++) r.q[j] = ldw(b + 8 + 4 * j);
     }
     static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int) {
         p.d = f16f(r.dm);
@@ -427,17 +387,16 @@ struct TQ5_1 {
 /* Q8_0: {f16 d; i8 qs[32]} (34 B); value (float)q * d. */
 struct TQ8_0 {
     static constexpr int E = 32, QPC = 8, GS = 2, NG = 4, CPT = 2;
-    static constexpr int TB = 32 * 34;
     struct Raw {
         uint32_t d, q[8];
     };
     struct Prep {
         float d;
     };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *) {
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *, const Ctx &) {
         const uint8_t *b = tb + 34 * c;
-        r.d = shw(b);
-        lds_a2<8>(r.q, b + 2);
+        r.d = ldh(b);
+        ld_a2<8>(r.q, b + 2);
     }
     static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int) { p.d = f16f(r.d); }
     /* group G: words 2G, 2G + 1 = quads 2G, 2G + 1; (q ^ 0x80) = q + 128 as unsigned */
@@ -466,28 +425,29 @@ struct TQ8_0 {
  * Chunk = one group (64 elements, 16-byte header + 32 bytes of qs). */
 struct TQ4_K {
     static constexpr int E = 64, QPC = 16, GS = 2, NG = 8, CPT = 1;
-    static constexpr int TB = 4 * 144;
     struct Raw {
         uint32_t h[4], q[8];
     };
     struct Prep {
         float d1, nd1, m1, d2, nd2, m2;
     };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *, const uint8_t *) {
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *, const uint8_t *, const Ctx &) {
         const uint8_t *b = tb + 144 * (c >> 2);
         const int g = c & 3;
-        lds16(r.h, b, a16);
-        lds16(r.q, b + 16 + 32 * g, a16);
-        lds16(r.q + 4, b + 32 + 32 * g, a16);
+        ld16(r.h, b, a16);
+        ld16(r.q, b + 16 + 32 * g, a16);
+        ld16(r.q + 4, b + 32 + 32 * g, a16);
     }
     static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int ci) {
         const float d = f16f(r.h[0]), dmin = f16f(r.h[0] >> 16);
         uint32_t sc, mn;
         k4_pair(r.h[1], r.h[2], r.h[3], ci & 3, sc, mn);
-        p.d1 = __fmul_rn(d, __uint2float_rn(sc & 0xffu));
-        p.d2 = __fmul_rn(d, __uint2float_rn((sc >> 8) & 0xffu));
-        p.m1 = __fmul_rn(dmin, __uint2float_rn(mn & 0xffu));
-        p.m2 = __fmul_rn(dmin, __uint2float_rn((mn >> 8) & 0xffu));
+        /* d * (float)sc exactly rounded, as fmaf(d, 2^23 + sc, -d 2^23) (see the top) */
+        const float nd = d * -TWO23, ndm = dmin * -TWO23;
+        p.d1 = fmaf(d, mag(sc, 0), nd);
+        p.d2 = fmaf(d, mag(sc, 1), nd);
+        p.m1 = fmaf(dmin, mag(mn, 0), ndm);
+        p.m2 = fmaf(dmin, mag(mn, 1), ndm);
         p.nd1 = p.d1 * -TWO23;
         p.nd2 = p.d2 * -TWO23;
     }
@@ -523,7 +483,6 @@ struct TQ4_K {
  * Chunk = half a group: qs[32g + 16hf .. + 16) and qh[16hf .. + 16) (32 elements). */
 struct TQ5_K {
     static constexpr int E = 32, QPC = 8, GS = 2, NG = 4, CPT = 2;
-    static constexpr int TB = 4 * 176;
     struct Raw {
         uint32_t h[4], qh[4], q[4];
     };
@@ -531,22 +490,24 @@ struct TQ5_K {
         float d1, nd1, m1, d2, nd2, m2;
         unsigned sh; /* 2g */
     };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *, const uint8_t *) {
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *, const uint8_t *, const Ctx &) {
         const uint8_t *b = tb + 176 * (c >> 3);
         const int g = (c >> 1) & 3, hf = c & 1;
-        lds16(r.h, b, a16);
-        lds16(r.qh, b + 16 + 16 * hf, a16);
-        lds16(r.q, b + 48 + 32 * g + 16 * hf, a16);
+        ld16(r.h, b, a16);
+        ld16(r.qh, b + 16 + 16 * hf, a16);
+        ld16(r.q, b + 48 + 32 * g + 16 * hf, a16);
     }
     static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int ci) {
         const float d = f16f(r.h[0]), dmin = f16f(r.h[0] >> 16);
         uint32_t sc, mn;
         p.sh = 2u * (unsigned)((ci >> 1) & 3);
         k4_pair(r.h[1], r.h[2], r.h[3], (ci >> 1) & 3, sc, mn);
-        p.d1 = __fmul_rn(d, __uint2float_rn(sc & 0xffu));
-        p.d2 = __fmul_rn(d, __uint2float_rn((sc >> 8) & 0xffu));
-        p.m1 = __fmul_rn(dmin, __uint2float_rn(mn & 0xffu));
-        p.m2 = __fmul_rn(dmin, __uint2float_rn((mn >> 8) & 0xffu));
+        /* d * (float)sc exactly rounded, as fmaf(d, 2^23 + sc, -d 2^23) (see the top) */
+        const float nd = d * -TWO23, ndm = dmin * -TWO23;
+        p.d1 = fmaf(d, mag(sc, 0), nd);
+        p.d2 = fmaf(d, mag(sc, 1), nd);
+        p.m1 = fmaf(dmin, mag(mn, 0), ndm);
+        p.m2 = fmaf(dmin, mag(mn, 1), ndm);
         p.nd1 = p.d1 * -TWO23;
         p.nd2 = p.d2 * -TWO23;
     }
@@ -589,31 +550,28 @@ struct TQ5_K {
  * & 1, c' = ci & 1: l in [16c', 16c' + 16), all four t (64 elements). */
 struct TQ6_K {
     static constexpr int E = 64, QPC = 16, GS = 2, NG = 8, CPT = 1;
-    static constexpr int TB = 4 * 210;
     struct Raw {
         uint32_t l0[4], l1[4], qh[4], sc[2], d;
     };
     struct Prep {
         float ds[4];
     };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *) {
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int, const uint8_t *, const uint8_t *, const Ctx &) {
         const uint8_t *b = tb + 210 * (c >> 2);
         const int h = (c >> 1) & 1, cp = c & 1;
-        lds_a2<4>(r.l0, b + 64 * h + 16 * cp);
-        lds_a2<4>(r.l1, b + 64 * h + 32 + 16 * cp);
-        lds_a2<4>(r.qh, b + 128 + 32 * h + 16 * cp);
-        lds_a2<2>(r.sc, b + 192 + 8 * h);
-        r.d = shw(b + 208);
+        ld_a2<4>(r.l0, b + 64 * h + 16 * cp);
+        ld_a2<4>(r.l1, b + 64 * h + 32 + 16 * cp);
+        ld_a2<4>(r.qh, b + 128 + 32 * h + 16 * cp);
+        ld_a2<2>(r.sc, b + 192 + 8 * h);
+        r.d = ldh(b + 208);
     }
     static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int ci) {
         const float d = f16f(r.d);
         /* scales c' + 2t, t = 0..3, of the 8 bytes of this half */
         const uint32_t s4 = __byte_perm(r.sc[0], r.sc[1], (ci & 1) ? 0x7531u : 0x6420u);
+        const uint32_t u4 = s4 ^ 0x80808080u; /* int8 sc + 128 */
 #pragma unroll
-        for (int t = 0; t < 4; t++) {
-            const int v = (int)(s4 << (24 - 8 * t)) >> 24;
-            p.ds[t] = __fmul_rn(d, __int2float_rn(v));
-        }
+        for (int t = 0; t < 4; t++) p.ds[t] = __fmul_rn(d, __fsub_rn(mag(u4, t), TWO23 + 128.0f));
     }
     /* group G: word w = G >> 1 of the 16-byte runs; t = G & 1 (low nibbles) and t + 2 (high) */
     static __device__ __forceinline__ void dq(float *o, int G, const Raw &r, const Prep &p) {
@@ -662,13 +620,11 @@ template <int BITS>
 struct TMlx {
     static constexpr int E = 32, QPC = 8, GS = 2, NG = 4, CPT = 2;
     struct Raw {
-        uint32_t q[BITS];
-        const uint8_t *sp, *bp; /* shared addresses of the tile's scales and biases of the row */
+        uint32_t q[BITS], s, b; /* packed quants; raw scale and bias bits */
     };
     struct Prep {
         float s, ns, b;
     };
-    static constexpr int TB = 128 * BITS;
     static __device__ __forceinline__ uint32_t sb_load(const Ctx &c, const uint8_t *base, int64_t i) {
         return c.sb_kind == 0 ? ldw(base + 4 * i) : ldh(base + 2 * i);
     }
@@ -677,33 +633,26 @@ struct TMlx {
     }
     /* sbs, sbb: shared addresses of this tile's first scale / bias of the row; sbk: their kind
      * and group shift come from Ctx in prep (the raw bits are kept here) */
+    /* sbs, sbb: this row's scales and biases (global) */
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *tb, int c, int a16, const uint8_t *sbs,
-                                                const uint8_t *sbb) {
+                                                const uint8_t *sbb, const Ctx &cx) {
         const uint8_t *p = tb + c * (4 * BITS);
         if constexpr (BITS == 4) {
-            lds16(r.q, p, a16);
+            ld16(r.q, p, a16);
         } else if constexpr (BITS == 8) {
-            lds16(r.q, p, a16);
-            lds16(r.q + 4, p + 16, a16);
+            ld16(r.q, p, a16);
+            ld16(r.q + 4, p + 16, a16);
         } else {
 #pragma unroll
-            for (int j = 0; j < BITS; j++) r.q[j] = sw(p + 4 * j);
+            for (int j = 0; j < BITS; j++) r.q[j] = ldw(p + 4 * j);
         }
-        r.sp = sbs;
-        r.bp = sbb;
+        const int j = c >> cx.gshift;
+        r.s = sb_load(cx, sbs, j);
+        r.b = sb_load(cx, sbb, j);
     }
-    static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &c, int ci) {
-        const int j = ci >> c.gshift; /* group of the chunk within the tile */
-        if (c.sb_kind == 0) {
-            p.s = __uint_as_float(sw(r.sp + 4 * j));
-            p.b = __uint_as_float(sw(r.bp + 4 * j));
-        } else if (c.sb_kind == 1) {
-            p.s = f16f(shw(r.sp + 2 * j));
-            p.b = f16f(shw(r.bp + 2 * j));
-        } else {
-            p.s = bf16f(shw(r.sp + 2 * j));
-            p.b = bf16f(shw(r.bp + 2 * j));
-        }
+    static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &c, int) {
+        p.s = sb_conv(c, r.s);
+        p.b = sb_conv(c, r.b);
         p.ns = p.s * -TWO23;
     }
     /* q of element e (0..31) of the chunk, as 2^23 + q (e compile-time) */

@@ -2,30 +2,39 @@
  * the embedding gather (cuda_matmul.h documents the contract; dequant.cuh the decoding).
  *
  * One kernel per weight type, for every M:
- *   block   = 128 threads = 4 warps = 2 row-warps x 2 k-warps; a block computes
+ *   block   = 256 threads = 8 warps = 4 row-warps x 2 k-warps; a block computes
  *             BN = 16 weight rows x R = 8 activation rows (grid.x = M tiles, fastest, so the
  *             tiles of one weight slice run together and re-read it from L2; grid.y = N / 16).
- *   warp    = 4 row slots x 8 k-lanes; each lane holds NW = 2 weight rows (register tile
- *             2 x 8 accumulators), so the warp covers 8 weight rows.
+ *   warp    = 4 row slots x 8 k-lanes; a lane holds one weight row (NW = 1) and its R x 2
+ *             accumulators; a warp covers 4 weight rows.
  *   K split = 16 k-slots (8 lanes x 2 k-warps). A row is a sequence of nch chunks of E
- *             elements (the type's natural 16..32-byte piece: a Q4_K group of 64, a
- *             32-element block, 32 MLX elements, 16 bytes of floats); slot s handles chunks
- *             s, s + 16, s + 32, ... in increasing order. That assignment depends on K and
- *             the type only.
- *   order   = per slot, acc = fmaf(w_e, x_e, acc) over its chunks in order, each chunk's
- *             elements in the type's fixed order; then a xor butterfly over the 8 k-lanes
- *             (1, 2, 4); then partial(k-warp 0) + partial(k-warp 1). Identical for every M.
- *   x       = staged through shared memory in K tiles of 16 * CPT chunks (~1024 elements),
- *             double-buffered with cp.async; the layout [row][quad q][chunk c][4 floats]
- *             makes the 8 k-lanes' 16-byte reads consecutive (no bank conflicts), and the 4
+ *             elements (the type's natural piece: a Q4_K group of 64, half a Q5_K group, a
+ *             quarter of a Q6_K block, a 32-element block, 32 MLX elements, 16 bytes of
+ *             floats); slot s handles chunks s, s + 16, s + 32, ... in increasing order. That
+ *             assignment depends on K and the type only.
+ *   order   = per slot two chains, even and odd quad groups of each chunk: a = fmaf(w, x, a)
+ *             over its chunks in order, each chunk's elements in the type's fixed order; then
+ *             chain0 + chain1, a xor butterfly over the 8 k-lanes (1, 2, 4), then
+ *             partial(k-warp 0) + partial(k-warp 1). Identical for every M.
+ *   x       = staged through shared memory in K tiles of 16 * CPT chunks (1024 elements;
+ *             256-512 for float weights), double-buffered with cp.async, 4 tiles per barrier
+ *             when one row is staged (2 for two rows); the layout [row][quad q][chunk c][4]
+ *             makes the 8 k-lanes' 16-byte reads consecutive (no bank conflicts) and the 4
  *             row slots of a warp read the same addresses (broadcast).
- *   weights = each lane loads its chunks' bytes (16-byte loads where the layout allows),
- *             one chunk ahead (register double buffer), dequantizes a group of 2 quads for
- *             its 2 rows and uses it for every real activation row of the tile.
- *   padding = activation rows m0 + r >= M are skipped (a uniform branch): row r's
- *             instruction sequence is the same whatever nr is.
+ *   weights = each lane loads its chunk's bytes straight into registers (16-byte loads
+ *             where the layout allows, aligned words + funnel shifts for 2-byte aligned
+ *             blocks), one chunk ahead, dequantizes 2 quads at a time (dequant.cuh) and uses
+ *             each value for every real activation row of the tile.
+ *   padding = activation rows m0 + r >= M are skipped (a uniform branch). The main loop is
+ *             instantiated for nr == 1 (branch-free decode) and nr > 1, and for 16-byte
+ *             aligned or not weights; all four run the same fmaf sequence per output, so the
+ *             variant never shows in the bits (tests/cuda/test_cuda_matmul.cu checks M = 1
+ *             against every other M bit for bit).
  */
 #include <stdint.h>
+
+#include <atomic>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -37,22 +46,19 @@ namespace {
 
 using namespace lsq;
 
-#ifndef LS_MM_NW
-#define LS_MM_NW 2
-#endif
 #ifndef LS_MM_MINB
-#define LS_MM_MINB 4
+#define LS_MM_MINB 3
 #endif
 constexpr int KL = 8;                  /* k-lanes per row slot */
 constexpr int RL = 4;                  /* row slots per warp */
 constexpr int KW = 2;                  /* k-warps */
-constexpr int NW = LS_MM_NW;           /* weight rows per lane */
-constexpr int RWG = 4 / NW;            /* row-warps */
-constexpr int THREADS = 32 * KW * RWG; /* 128 (NW 2) or 256 (NW 1) */
+constexpr int RWG = 4;                 /* row-warps */
+constexpr int NW = 1;                  /* weight rows per lane */
+constexpr int THREADS = 32 * KW * RWG; /* 256 */
 constexpr int R = 8;                   /* activation rows per tile */
-constexpr int KS = KL * KW;       /* k-slots: 16 */
-constexpr int BN = RWG * RL * NW; /* weight rows per block: 16 */
-static_assert(KL * RL == 32 && KW * RWG * 32 == THREADS, "lane layout");
+constexpr int KS = KL * KW;            /* k-slots: 16 */
+constexpr int BN = RWG * RL * NW;      /* weight rows per block: 16 */
+static_assert(KL * RL == 32, "lane layout");
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -71,39 +77,22 @@ __device__ __forceinline__ void cp_async_wait1() {
 
 template <class T>
 struct Tile {
-    static constexpr int CT = KS * T::CPT;          /* chunks per K tile */
-    static constexpr int TQ = T::QPC * CT;          /* quads per activation row per tile */
-    static constexpr int KT = T::E * CT;            /* elements per tile */
-    static constexpr int PPR = (T::TB + 15) / 16 + 1; /* 16-byte pieces of a weight tile row (+ misalignment) */
-    /* bytes of a weight tile row in shared memory: >= PPR * 16 and 16 mod 128, so that rows
-     * read together start in different banks */
-    static constexpr int RB = (PPR * 16 + 111) / 128 * 128 + 16;
-    static constexpr int SBB = 144;                 /* MLX: scales (or biases) of a tile row, + slack */
+    static constexpr int CT = KS * T::CPT; /* chunks per K tile */
+    static constexpr int TQ = T::QPC * CT; /* quads per activation row per tile */
+    static constexpr int KT = T::E * CT;   /* elements per tile */
     static_assert(TQ == 64 || TQ == 128 || TQ == 256, "tile quads");
 };
 
-template <class T>
-struct IsMlx {
-    static constexpr bool v = false;
-};
-template <int B>
-struct IsMlx<TMlx<B>> {
-    static constexpr bool v = true;
-};
-
-/* Shared memory of a launch: x [2][nr][TQ] float4, weights [2][BN][RB] bytes, MLX scales
- * and biases [2][BN][2][SBB] bytes. */
+/* K tiles staged per barrier: several when few activation rows are staged, so that decode
+ * (one row) pays a barrier every 4 tiles, not every tile. Only the staging granularity:
+ * no output's arithmetic depends on it. */
+__host__ __device__ constexpr int tiles_per_stage(int nr) {
+    return nr == 1 ? 4 : nr == 2 ? 2 : 1;
+}
+/* Shared memory of a launch: x [2][TM][nr][TQ] float4. */
 template <class T>
 __host__ __device__ constexpr size_t smem_bytes(int nr) {
-    return (size_t)2 * nr * Tile<T>::TQ * 16 + (size_t)2 * BN * Tile<T>::RB +
-           (IsMlx<T>::v ? (size_t)2 * BN * 2 * Tile<T>::SBB : 0);
-}
-
-__device__ __forceinline__ const uint8_t *floor16(const uint8_t *p) {
-    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15);
-}
-__device__ __forceinline__ const uint8_t *floor4(const uint8_t *p) {
-    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
+    return (size_t)2 * tiles_per_stage(nr) * nr * Tile<T>::TQ * 16;
 }
 
 /* The chunk arithmetic of one lane: prep, then for each quad group dequantize NW rows and
@@ -113,12 +102,12 @@ __device__ __forceinline__ const uint8_t *floor4(const uint8_t *p) {
  * same operands in the same order (the dependence chain fixes the order; nothing is
  * contracted or reassociated), so row r's bits do not depend on NRT or nr. */
 template <class T, int NRT>
-__device__ __forceinline__ void chunk_fma(float (&acc)[NW][R], const typename T::Raw (&cur)[NW], const Ctx &c, int cl,
-                                          const float4 *xr, int nr) {
-    constexpr int CT = Tile<T>::CT, TQ = Tile<T>::TQ;
+__device__ __forceinline__ void chunk_fma(float (&acc)[NW][R][2], const typename T::Raw (&cur)[NW], const Ctx &c, int ci,
+                                          const float4 *xr, int rstride, int nr) {
+    constexpr int CT = Tile<T>::CT;
     typename T::Prep P[NW];
 #pragma unroll
-    for (int i = 0; i < NW; i++) T::prep(P[i], cur[i], c, cl);
+    for (int i = 0; i < NW; i++) T::prep(P[i], cur[i], c, ci);
 #pragma unroll
     for (int G = 0; G < T::NG; G++) {
         float wv[NW][T::GS * 4];
@@ -129,26 +118,40 @@ __device__ __forceinline__ void chunk_fma(float (&acc)[NW][R], const typename T:
             if (NRT > 1 && r >= nr) break;
 #pragma unroll
             for (int u = 0; u < T::GS; u++) {
-                const float4 xv = xr[r * TQ + T::qidx(G, u) * CT];
+                const float4 xv = xr[r * rstride + T::qidx(G, u) * CT];
 #pragma unroll
                 for (int i = 0; i < NW; i++) {
-                    acc[i][r] = fmaf(wv[i][4 * u + 0], xv.x, acc[i][r]);
-                    acc[i][r] = fmaf(wv[i][4 * u + 1], xv.y, acc[i][r]);
-                    acc[i][r] = fmaf(wv[i][4 * u + 2], xv.z, acc[i][r]);
-                    acc[i][r] = fmaf(wv[i][4 * u + 3], xv.w, acc[i][r]);
+                    float &a = acc[i][r][G & 1];
+                    a = fmaf(wv[i][4 * u + 0], xv.x, a);
+                    a = fmaf(wv[i][4 * u + 1], xv.y, a);
+                    a = fmaf(wv[i][4 * u + 2], xv.z, a);
+                    a = fmaf(wv[i][4 * u + 3], xv.w, a);
                 }
             }
         }
     }
 }
 
+/* Blocks per SM the register allocation must allow (80 registers at 3): the Q5_K and Q6_K
+ * chunk decode needs more, so they run 2 blocks (16 warps) per SM rather than spill. */
 template <class T>
-__global__ void __launch_bounds__(THREADS, LS_MM_MINB)
+struct MinBlocks {
+    static constexpr int v = LS_MM_MINB;
+};
+template <>
+struct MinBlocks<TQ5_K> {
+    static constexpr int v = 2;
+};
+template <>
+struct MinBlocks<TQ6_K> {
+    static constexpr int v = 2;
+};
+
+template <class T>
+__global__ void __launch_bounds__(THREADS, MinBlocks<T>::v)
     mm_kernel(const Ctx c, const float *__restrict__ x, float *__restrict__ y, int64_t M, int x16) {
-    constexpr int CT = Tile<T>::CT, TQ = Tile<T>::TQ, KT = Tile<T>::KT, CPT = T::CPT, TB = T::TB;
-    constexpr int RB = Tile<T>::RB, SBB = Tile<T>::SBB;
-    constexpr bool SB = IsMlx<T>::v;
-    extern __shared__ __align__(16) uint8_t smem[];
+    constexpr int CT = Tile<T>::CT, TQ = Tile<T>::TQ, KT = Tile<T>::KT, CPT = T::CPT;
+    extern __shared__ float4 xs[]; /* [2][TM][nr][QPC][CT] */
     __shared__ float red[KW][R][BN];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -156,19 +159,15 @@ __global__ void __launch_bounds__(THREADS, LS_MM_MINB)
     const int s = kw * KL + kl; /* k-slot */
     const int64_t m0 = (int64_t)blockIdx.x * R;
     const int nr = (int)(M - m0 < R ? M - m0 : R);
+    const int TM = tiles_per_stage(nr);
     const int64_t n0 = (int64_t)blockIdx.y * BN;
     const int rl0 = (rw * RL + rs) * NW; /* first of this lane's rows, in the block */
     const int nch = c.nch;
-    const int ntile = (nch + CT - 1) / CT;
+    const int nstage = (nch + CT * TM - 1) / (CT * TM); /* uniform over the block */
     const float *xb = x + m0 * c.K;
-    float4 *xs = reinterpret_cast<float4 *>(smem);          /* [2][nr][TQ] */
-    uint8_t *ws = smem + (size_t)2 * nr * TQ * 16;           /* [2][BN][RB] */
-    uint8_t *sbm = ws + 2 * BN * RB;                         /* [2][BN][2][SBB] (MLX) */
-    const int sbz = c.sb_kind == 0 ? 4 : 2;                  /* MLX scale / bias bytes */
-    const int GT = KT >> (5 + c.gshift);                     /* MLX groups per tile */
 
     /* ---- staging of activations: thread slots u = tid % SU + SU * j of rows tid / SU + RS * k
-     * (layout [r][q][c]: quad (q, c) = x[t * KT + kpos(c, q) .. + 4]) ---- */
+     * (layout per tile [r][q][c]: quad (q, c) = x[t * KT + kpos(c, q) .. + 4]) ---- */
     constexpr int SU = TQ < THREADS ? TQ : THREADS, SJ = TQ / SU, RS = THREADS / SU;
     int koff[SJ], cst[SJ];
 #pragma unroll
@@ -177,125 +176,100 @@ __global__ void __launch_bounds__(THREADS, LS_MM_MINB)
         cst[j] = u % CT;
         koff[j] = T::kpos(u % CT, u / CT);
     }
-    auto stage_x = [&](int t) {
-        float4 *dst = xs + (size_t)(t & 1) * nr * TQ + tid % SU;
-        const float *src = xb + (int64_t)t * KT;
-        for (int r = tid / SU; r < nr; r += RS) {
+    auto stage = [&](int st) { /* tiles st * TM .. + TM into buffer st & 1 */
+        float4 *dst0 = xs + (size_t)(st & 1) * TM * nr * TQ + tid % SU;
+        for (int tm = 0; tm < TM; tm++) {
+            const int t = st * TM + tm;
+            const float *src = xb + (int64_t)t * KT;
+            float4 *dst = dst0 + (size_t)tm * nr * TQ;
+            for (int r = tid / SU; r < nr; r += RS) {
 #pragma unroll
-            for (int j = 0; j < SJ; j++) {
-                if (t * CT + cst[j] >= nch) continue;
-                const float *sp = src + (int64_t)r * c.K + koff[j];
-                float4 *dp = dst + (size_t)r * TQ + SU * j;
-                if (x16) {
-                    cp_async16(dp, sp);
-                } else {
-                    float *d = reinterpret_cast<float *>(dp);
+                for (int j = 0; j < SJ; j++) {
+                    if (t * CT + cst[j] >= nch) continue;
+                    const float *sp = src + (int64_t)r * c.K + koff[j];
+                    float4 *dp = dst + (size_t)r * TQ + SU * j;
+                    if (x16) {
+                        cp_async16(dp, sp);
+                    } else {
+                        float *d = reinterpret_cast<float *>(dp);
 #pragma unroll
-                    for (int e = 0; e < 4; e++) cp_async4(d + e, sp + e);
+                        for (int e = 0; e < 4; e++) cp_async4(d + e, sp + e);
+                    }
                 }
-            }
-        }
-    };
-
-    /* ---- staging of weights: 8 threads per row of the block copy the tile's bytes of that row
-     * (16-byte pieces from the 16-aligned address below the tile's start, so every byte keeps
-     * its address modulo 16; 4-byte words when the weights are not 16-byte aligned) ---- */
-    static_assert(THREADS == 8 * BN, "8 copy threads per weight row");
-    const int crow = tid >> 3, cpart = tid & 7;
-    const int64_t cn = n0 + crow < c.N ? n0 + crow : c.N - 1;
-    const uint8_t *cbase = c.w + (size_t)cn * c.row_bytes, *cend = cbase + c.row_bytes;
-    const uint8_t *wend = c.w + (size_t)c.N * c.row_bytes;
-    auto stage_w = [&](int t) {
-        uint8_t *dst = ws + (size_t)((t & 1) * BN + crow) * RB;
-        const uint8_t *gs = cbase + (size_t)t * TB;
-        const uint8_t *ge = cend < gs + TB ? cend : gs + TB;
-        const uint8_t *a16p = floor16(gs);
-        if (c.a16) {
-            const int np = (int)((ge - a16p + 15) >> 4);
-            for (int k = cpart; k < np; k += 8) {
-                const uint8_t *src = a16p + 16 * k;
-                if (src + 16 <= wend) {
-                    cp_async16(dst + 16 * k, src);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (src + 4 * e < wend) cp_async4(dst + 16 * k + 4 * e, src + 4 * e);
-                }
-            }
-        } else {
-            const uint8_t *a4 = floor4(gs);
-            const int nw = (int)((ge - a4 + 3) >> 2), off = (int)(a4 - a16p);
-            for (int k = cpart; k < nw; k += 8) cp_async4(dst + off + 4 * k, a4 + 4 * k);
-        }
-        if constexpr (SB) {
-            const int64_t g0 = cn * c.ng + (int64_t)t * GT;
-            const int cnt = (int)(c.ng - (int64_t)t * GT < GT ? c.ng - (int64_t)t * GT : GT);
-#pragma unroll
-            for (int which = 0; which < 2; which++) {
-                const uint8_t *s0 = (which ? c.bi : c.sc) + g0 * sbz;
-                const uint8_t *a4 = floor4(s0);
-                const int nw = (int)((s0 + cnt * sbz - a4 + 3) >> 2);
-                uint8_t *d = sbm + (size_t)(((t & 1) * BN + crow) * 2 + which) * SBB;
-                for (int k = cpart; k < nw; k += 8) cp_async4(d + 4 * k, a4 + 4 * k);
             }
         }
     };
 
     /* this lane's weight rows */
-    const uint8_t *rowp[NW];
-    int64_t nrow[NW];
+    const uint8_t *rowp[NW], *sbp[NW], *bbp[NW];
 #pragma unroll
     for (int i = 0; i < NW; i++) {
         const int64_t n = n0 + rl0 + i;
-        nrow[i] = n < c.N ? n : c.N - 1; /* rows past N compute a copy of the last row, not stored */
-        rowp[i] = c.w + (size_t)nrow[i] * c.row_bytes;
+        const int64_t nrow = n < c.N ? n : c.N - 1; /* rows past N compute a copy of the last row, not stored */
+        rowp[i] = c.w + (size_t)nrow * c.row_bytes;
+        const int sbz = c.sb_kind == 0 ? 4 : 2; /* MLX scales / biases of the row */
+        sbp[i] = c.sc ? c.sc + (size_t)nrow * c.ng * sbz : nullptr;
+        bbp[i] = c.bi ? c.bi + (size_t)nrow * c.ng * sbz : nullptr;
     }
 
-    float acc[NW][R];
+    float acc[NW][R][2]; /* two chains per output: even and odd quad groups */
 #pragma unroll
     for (int i = 0; i < NW; i++)
 #pragma unroll
-        for (int r = 0; r < R; r++) acc[i][r] = 0.0f;
+        for (int r = 0; r < R; r++) acc[i][r][0] = acc[i][r][1] = 0.0f;
 
-    stage_x(0);
-    stage_w(0);
+    stage(0);
     cp_async_commit();
-    for (int t = 0; t < ntile; t++) {
-        if (t + 1 < ntile) {
-            stage_x(t + 1);
-            stage_w(t + 1);
-        }
-        cp_async_commit();
-        cp_async_wait1();
-        __syncthreads();
-        const uint8_t *tb[NW], *sp[NW], *bp[NW];
+
+    /* The main loop, specialized on the weights' 16-byte alignment (a property of the weight)
+     * and on nr == 1 (decode: branch-free chunk code): every variant runs the same arithmetic
+     * on the same values, so which one runs never shows in the bits. */
+    auto main_loop = [&](auto a16c, auto nr1c) {
+        constexpr int A16 = decltype(a16c)::value;
+        constexpr bool NR1 = decltype(nr1c)::value;
+        typename T::Raw cur[NW], nxt[NW] = {};
+        if (s < nch) {
 #pragma unroll
-        for (int i = 0; i < NW; i++) {
-            const uint8_t *gs = rowp[i] + (size_t)t * TB;
-            tb[i] = ws + (size_t)((t & 1) * BN + rl0 + i) * RB + (reinterpret_cast<uintptr_t>(gs) & 15);
-            sp[i] = bp[i] = nullptr;
-            if constexpr (SB) {
-                const int64_t g0 = nrow[i] * c.ng + (int64_t)t * GT;
-                uint8_t *d = sbm + (size_t)(((t & 1) * BN + rl0 + i) * 2) * SBB;
-                sp[i] = d + (reinterpret_cast<uintptr_t>(c.sc + g0 * sbz) & 3);
-                bp[i] = d + SBB + (reinterpret_cast<uintptr_t>(c.bi + g0 * sbz) & 3);
+            for (int i = 0; i < NW; i++) T::load(cur[i], rowp[i], s, A16, sbp[i], bbp[i], c);
+        }
+        /* this lane's j-th chunk is ci = s + 16 j: stage j / (TM CPT), its tile j / CPT */
+        int ci = s;
+        for (int st = 0; st < nstage; st++) {
+            if (st + 1 < nstage) stage(st + 1);
+            cp_async_commit();
+            cp_async_wait1();
+            __syncthreads();
+            const float4 *xst = xs + (size_t)(st & 1) * TM * nr * TQ + s;
+            for (int tm = 0; tm < TM; tm++) {
+                const float4 *xt = xst + (size_t)tm * nr * TQ;
+#pragma unroll
+                for (int jj = 0; jj < CPT; jj++, ci += KS) {
+                    const int cn = ci + KS;
+                    if (cn < nch) {
+#pragma unroll
+                        for (int i = 0; i < NW; i++) T::load(nxt[i], rowp[i], cn, A16, sbp[i], bbp[i], c);
+                    }
+                    if (ci < nch) {
+                        if constexpr (NR1)
+                            chunk_fma<T, 1>(acc, cur, c, ci, xt + KS * jj, TQ, 1);
+                        else
+                            chunk_fma<T, R>(acc, cur, c, ci, xt + KS * jj, TQ, nr);
+                    }
+#pragma unroll
+                    for (int i = 0; i < NW; i++) cur[i] = nxt[i];
+                }
             }
+            __syncthreads();
         }
-        const float4 *xr = xs + (size_t)(t & 1) * nr * TQ;
-#pragma unroll
-        for (int jj = 0; jj < CPT; jj++) {
-            const int cl = s + KS * jj; /* chunk within the tile */
-            if (t * CT + cl < nch) {
-                typename T::Raw raw[NW];
-#pragma unroll
-                for (int i = 0; i < NW; i++) T::load(raw[i], tb[i], cl, c.a16, sp[i], bp[i]);
-                if (nr == 1)
-                    chunk_fma<T, 1>(acc, raw, c, cl, xr + cl, 1);
-                else
-                    chunk_fma<T, R>(acc, raw, c, cl, xr + cl, nr);
-            }
-        }
-        __syncthreads();
+    };
+    using I1 = std::integral_constant<int, 1>;
+    using I0 = std::integral_constant<int, 0>;
+    if (c.a16) {
+        if (nr == 1) main_loop(I1{}, std::true_type{});
+        else main_loop(I1{}, std::false_type{});
+    } else {
+        if (nr == 1) main_loop(I0{}, std::true_type{});
+        else main_loop(I0{}, std::false_type{});
     }
 
     /* fixed combine: xor butterfly over the 8 k-lanes, then k-warp 0 + k-warp 1 */
@@ -304,7 +278,7 @@ __global__ void __launch_bounds__(THREADS, LS_MM_MINB)
         if (r >= nr) break;
 #pragma unroll
         for (int i = 0; i < NW; i++) {
-            float v = acc[i][r];
+            float v = acc[i][r][0] + acc[i][r][1];
             v = v + __shfl_xor_sync(0xffffffffu, v, 1);
             v = v + __shfl_xor_sync(0xffffffffu, v, 2);
             v = v + __shfl_xor_sync(0xffffffffu, v, 4);
@@ -345,12 +319,12 @@ int launch_mm(cudaStream_t st, Ctx c, const float *x, int64_t M, float *y) {
     const int64_t mt = (M + R - 1) / R, nb = (c.N + BN - 1) / BN;
     if (nb > 65535 || mt > 0x7fffffff) return -1;
     const int nr = (int)(M < R ? M : R);
-    static bool attr_set = false; /* racing threads set the same value */
-    if (!attr_set) {
+    static std::atomic<bool> attr_set{false}; /* racing threads set the same value */
+    if (!attr_set.load(std::memory_order_relaxed)) {
         if (cudaFuncSetAttribute(mm_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes<T>(R)) !=
             cudaSuccess)
             return -1;
-        attr_set = true;
+        attr_set.store(true, std::memory_order_relaxed);
     }
     const int x16 = ((uintptr_t)x % 16) == 0;
     mm_kernel<T><<<dim3((unsigned)mt, (unsigned)nb), THREADS, smem_bytes<T>(nr), st>>>(c, x, y, M, x16);

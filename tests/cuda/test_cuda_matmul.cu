@@ -1,0 +1,525 @@
+/* Standalone GPU test of the CUDA matmul / get_rows kernels (src/kernels/cuda/matmul.cu,
+ * cuda_matmul.h). No framework: one line per weight type, exit status 0 = pass, 1 = a
+ * failure, 77 = no CUDA device.
+ *
+ * For every weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and
+ * MLX affine with bits 2,3,4,5,6,8, groups 32/64/128, f32/f16/bf16 scales), on random weights
+ * (whole random blocks: every bit pattern of scales and quants, finite f16 fields, negative
+ * scales included) and random activations:
+ *  (a) batch invariance, bit for bit: every row of an M-row call, M in {1,2,3,4,5,7,8,9,15,
+ *      16,17,31,33,64} (and 512 for one type), memcmp-equal to that row computed alone
+ *      (M = 1); also as part of a call whose rows start at an offset (other tile slots) and
+ *      with activations at a 4-byte (not 16-byte) aligned address;
+ *  (b) accuracy: per activation row, ||y - y_ref|| / ||y_ref|| < 1e-5, y_ref in double from
+ *      the CPU reference dequantizer (ls_type_get()->dequantize_row,
+ *      ls_mlx_affine_dequantize_row);
+ *  (c) get_rows bit-identical to the CPU dequantizer (and zero rows for out-of-range ids);
+ *  every output buffer is poisoned (NaN) before each call and checked fully written.
+ * Some cases put the weights at a 2- or 4-byte offset to run the unaligned load path.
+ *
+ * --bench: M = 1, 4, 16, 512 on 21504x5376 and 5376x21504 (rows x cols) Q4_K, Q6_K, Q8_0 and
+ * MLX 4/8-bit (bf16 scales, group 64), several weight copies rotated so L2 does not hold
+ * them; prints weight GB/s (and a device-to-device copy for the ceiling).
+ */
+// Build, from the repository root (the GPU machine has no cJSON: compile the CPU sources):
+//   mkdir -p build/cudatest
+//   for f in src/core/log.c src/core/threads.c src/kernels/types.c src/kernels/cpu/*.c; do case $f in *_avx2.c) x="-mavx2 -mfma -mf16c";; *) x="";; esac; gcc -std=c11 -O2 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math $x -I src -c $f -o build/cudatest/$(basename $f .c).o || exit 1; done
+//   nvcc -std=c++17 -O2 -gencode=arch=compute_90,code=sm_90 -Xcompiler=-ffp-contract=off -I src -o build/test_cuda_matmul tests/cuda/test_cuda_matmul.cu src/kernels/cuda/matmul.cu build/cudatest/*.o -lm -lpthread
+// or against the library: nvcc ... tests/cuda/test_cuda_matmul.cu build/release/liblockstep.a -lcjson -lm -lpthread
+// Run: build/test_cuda_matmul [--quick] [--bench]   (--bench: LS_BENCH_ONLY=q4_k|q6_k|q8_0|mlx4|mlx8|bf16
+// and LS_BENCH_M=1|2|4|8|16|512 restrict it, e.g. to profile one launch with ncu)
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_matmul.h"
+extern "C" {
+#include "core/f16.h"
+#include "kernels/cpu/cpu_kernels.h"
+}
+
+namespace {
+
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+uint64_t rnd() {
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+float frand() { /* [-1, 1) */
+    return (float)((double)(rnd() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+uint16_t rf16(float scale) { /* a finite f16, either sign */
+    return ls_f32_to_f16(frand() * scale);
+}
+uint16_t rbf16(float scale) {
+    const float f = frand() * scale;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+struct Case {
+    const char *name;
+    ls_type type;
+    int bits, group;
+    ls_type sb;
+    int64_t N, K;
+    int woff; /* byte offset of the weights from a 256-aligned address */
+    bool big; /* also M = 512 */
+};
+
+/* Fill one row of a ggml type with random blocks: random bytes, then finite f16 scale
+ * fields (small, either sign). Float types: random values. */
+void random_row(ls_type t, uint8_t *row, int64_t K) {
+    const ls_type_traits *tr = ls_type_get(t);
+    const size_t rb = ls_row_size(t, K);
+    if (t == LS_TYPE_F32 || t == LS_TYPE_F16 || t == LS_TYPE_BF16) {
+        std::vector<float> f(K);
+        for (int64_t k = 0; k < K; k++) f[k] = frand();
+        ls_quantize_row_ref(t, f.data(), row, K);
+        return;
+    }
+    for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)rnd();
+    const int64_t nb = K / tr->blck;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = row + b * tr->type_size;
+        uint16_t h[2];
+        switch (t) {
+        case LS_TYPE_Q4_0:
+        case LS_TYPE_Q5_0:
+        case LS_TYPE_Q8_0:
+            h[0] = rf16(0.05f);
+            memcpy(blk, h, 2);
+            break;
+        case LS_TYPE_Q4_1:
+        case LS_TYPE_Q5_1:
+            h[0] = rf16(0.05f), h[1] = rf16(0.5f);
+            memcpy(blk, h, 4);
+            break;
+        case LS_TYPE_Q4_K:
+        case LS_TYPE_Q5_K:
+            h[0] = rf16(0.01f), h[1] = rf16(0.01f);
+            memcpy(blk, h, 4);
+            break;
+        case LS_TYPE_Q6_K:
+            h[0] = rf16(0.002f);
+            memcpy(blk + 208, h, 2);
+            break;
+        default: break;
+        }
+    }
+}
+
+struct Weight {
+    ls_weight w;          /* device pointers */
+    std::vector<uint8_t> data, sc, bi; /* host copies */
+    ls_weight hw;         /* host pointers (CPU reference) */
+    void *dbase = nullptr, *dsc = nullptr, *dbi = nullptr;
+};
+
+void make_weight(const Case &c, Weight &W) {
+    memset(&W.w, 0, sizeof W.w);
+    W.w.type = c.type;
+    W.w.rows = c.N;
+    W.w.cols = c.K;
+    if (c.type == LS_TYPE_MLX_AFFINE) {
+        W.w.bits = c.bits, W.w.group = c.group, W.w.sb_type = c.sb;
+        W.w.row_bytes = (uint64_t)(c.K * c.bits / 8);
+        W.data.resize(W.w.row_bytes * c.N);
+        for (auto &b : W.data) b = (uint8_t)rnd();
+        const int64_t nsb = c.N * (c.K / c.group);
+        const size_t sbs = c.sb == LS_TYPE_F32 ? 4 : 2;
+        W.sc.resize(nsb * sbs), W.bi.resize(nsb * sbs);
+        for (int64_t i = 0; i < nsb; i++) {
+            const float s = frand() * 0.05f, b = frand() * 0.5f;
+            if (c.sb == LS_TYPE_F32) {
+                memcpy(&W.sc[4 * i], &s, 4), memcpy(&W.bi[4 * i], &b, 4);
+            } else {
+                const uint16_t hs = c.sb == LS_TYPE_F16 ? rf16(0.05f) : rbf16(0.05f);
+                const uint16_t hb = c.sb == LS_TYPE_F16 ? rf16(0.5f) : rbf16(0.5f);
+                memcpy(&W.sc[2 * i], &hs, 2), memcpy(&W.bi[2 * i], &hb, 2);
+            }
+        }
+    } else {
+        W.w.row_bytes = ls_row_size(c.type, c.K);
+        W.data.resize(W.w.row_bytes * c.N);
+        for (int64_t n = 0; n < c.N; n++) random_row(c.type, &W.data[n * W.w.row_bytes], c.K);
+    }
+    CK(cudaMalloc(&W.dbase, W.data.size() + 256));
+    uint8_t *dd = (uint8_t *)W.dbase + c.woff;
+    CK(cudaMemcpy(dd, W.data.data(), W.data.size(), cudaMemcpyHostToDevice));
+    W.w.data = dd;
+    W.hw = W.w;
+    W.hw.data = W.data.data();
+    if (c.type == LS_TYPE_MLX_AFFINE) {
+        CK(cudaMalloc(&W.dsc, W.sc.size()));
+        CK(cudaMalloc(&W.dbi, W.bi.size()));
+        CK(cudaMemcpy(W.dsc, W.sc.data(), W.sc.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(W.dbi, W.bi.data(), W.bi.size(), cudaMemcpyHostToDevice));
+        W.w.scales = W.dsc, W.w.biases = W.dbi;
+        W.hw.scales = W.sc.data(), W.hw.biases = W.bi.data();
+    }
+}
+
+void free_weight(Weight &W) {
+    cudaFree(W.dbase);
+    if (W.dsc) cudaFree(W.dsc);
+    if (W.dbi) cudaFree(W.dbi);
+}
+
+/* CPU dequantized row n */
+void cpu_row(const Weight &W, int64_t n, float *dst) {
+    if (W.w.type == LS_TYPE_MLX_AFFINE)
+        ls_mlx_affine_dequantize_row(&W.hw, n, dst);
+    else
+        ls_type_get(W.w.type)->dequantize_row(W.data.data() + n * W.w.row_bytes, dst, W.w.cols);
+}
+
+/* y = W x for M rows at dx (device), with poisoned output; returns host copy */
+bool run_mm(const Weight &W, const float *dx, int64_t M, float *dy, std::vector<float> &out, const char *what) {
+    const int64_t N = W.w.rows;
+    CK(cudaMemset(dy, 0xff, (size_t)M * N * sizeof(float)));
+    const int rc = ls_cuda_matmul(0, &W.w, dx, M, dy);
+    if (rc != 0) {
+        printf("  %s: ls_cuda_matmul returned %d\n", what, rc);
+        return false;
+    }
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    out.resize((size_t)M * N);
+    CK(cudaMemcpy(out.data(), dy, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < out.size(); i++)
+        if (isnan(out[i])) {
+            printf("  %s: output %zu not written (or NaN)\n", what, i);
+            return false;
+        }
+    return true;
+}
+
+bool test_case(const Case &c, bool quick) {
+    Weight W;
+    make_weight(c, W);
+    const int64_t N = c.N, K = c.K;
+    const int64_t MX = c.big ? 512 : 64;
+    bool ok = true;
+    char label[96];
+    if (c.type == LS_TYPE_MLX_AFFINE)
+        snprintf(label, sizeof label, "mlx%d g%d %s", c.bits, c.group, ls_type_name(c.sb));
+    else
+        snprintf(label, sizeof label, "%s", ls_type_name(c.type));
+
+    /* activations: MX + 40 rows, also a copy 1 float off 16-byte alignment */
+    const int64_t XR = MX + 40;
+    std::vector<float> X((size_t)XR * K);
+    for (auto &v : X) v = frand();
+    float *dx, *dxm, *dy;
+    CK(cudaMalloc(&dx, X.size() * sizeof(float)));
+    CK(cudaMalloc(&dxm, (X.size() + 4) * sizeof(float)));
+    CK(cudaMalloc(&dy, (size_t)XR * N * sizeof(float)));
+    CK(cudaMemcpy(dx, X.data(), X.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dxm + 1, X.data(), X.size() * sizeof(float), cudaMemcpyHostToDevice));
+
+    /* (a) reference: every row alone */
+    const int64_t NREF = MX + 36;
+    std::vector<float> y1((size_t)NREF * N), tmp;
+    for (int64_t m = 0; m < NREF && ok; m++) {
+        if (!run_mm(W, dx + m * K, 1, dy, tmp, "M=1")) ok = false;
+        else memcpy(&y1[m * N], tmp.data(), N * sizeof(float));
+    }
+    int inv_bad = 0;
+    auto cmp_rows = [&](const std::vector<float> &y, int64_t M, int64_t first, const char *what) {
+        for (int64_t m = 0; m < M; m++)
+            if (memcmp(&y[m * N], &y1[(first + m) * N], N * sizeof(float)) != 0) {
+                if (inv_bad++ < 5) {
+                    int64_t n = 0;
+                    while (n < N && memcmp(&y[m * N + n], &y1[(first + m) * N + n], 4) == 0) n++;
+                    printf("  %s: row %lld (M=%lld) differs from M=1 at n=%lld: %.9g vs %.9g\n", what,
+                           (long long)(first + m), (long long)M, (long long)n, y[m * N + n], y1[(first + m) * N + n]);
+                }
+                ok = false;
+            }
+    };
+    static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 512};
+    for (int64_t M : Ms) {
+        if (!ok || M > MX) break;
+        if (quick && M != 4 && M != 17 && M != 64 && M != 512) continue;
+        std::vector<float> y;
+        if (!run_mm(W, dx, M, dy, y, "M")) ok = false;
+        else cmp_rows(y, M, 0, "batch");
+    }
+    if (ok) { /* other tile slots: rows 3.. as a call of 33; unaligned activations: rows 1..5 */
+        std::vector<float> y;
+        if (!run_mm(W, dx + 3 * K, 33, dy, y, "offset")) ok = false;
+        else cmp_rows(y, 33, 3, "offset");
+        if (ok && !run_mm(W, dxm + 1 + K, 5, dy, y, "x unaligned")) ok = false;
+        else if (ok) cmp_rows(y, 5, 1, "x unaligned");
+    }
+
+    /* (b) accuracy vs double */
+    double worst = 0;
+    if (ok) {
+        std::vector<float> Wf((size_t)N * K);
+        for (int64_t n = 0; n < N; n++) cpu_row(W, n, &Wf[n * K]);
+        const int64_t MA = MX < 64 ? MX : 64;
+        for (int64_t m = 0; m < MA; m++) {
+            double e2 = 0, r2 = 0;
+            for (int64_t n = 0; n < N; n++) {
+                double s = 0;
+                const float *wr = &Wf[n * K], *xr = &X[m * K];
+                for (int64_t k = 0; k < K; k++) s += (double)wr[k] * (double)xr[k];
+                const double d = (double)y1[m * N + n] - s;
+                e2 += d * d, r2 += s * s;
+            }
+            const double rel = sqrt(e2 / (r2 > 0 ? r2 : 1e-300));
+            if (!(rel < 1e-5)) ok = false;
+            if (rel > worst || rel != rel) worst = rel;
+        }
+        if (!(worst < 1e-5)) printf("  accuracy: max rel L2 %.3g >= 1e-5\n", worst);
+    }
+
+    /* (c) get_rows */
+    bool gr_ok = true;
+    if (ok) {
+        std::vector<int32_t> ids = {0, (int32_t)(N - 1), 5, (int32_t)(rnd() % N), 5, (int32_t)(rnd() % N), (int32_t)N};
+        const int64_t n = (int64_t)ids.size();
+        int32_t *dids;
+        float *dd;
+        CK(cudaMalloc(&dids, n * sizeof(int32_t)));
+        CK(cudaMalloc(&dd, n * K * sizeof(float)));
+        CK(cudaMemcpy(dids, ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
+        CK(cudaMemset(dd, 0xff, n * K * sizeof(float)));
+        if (ls_cuda_get_rows(0, &W.w, dids, n, dd) != 0) {
+            printf("  get_rows returned an error\n");
+            gr_ok = false;
+        } else {
+            CK(cudaGetLastError());
+            std::vector<float> g((size_t)n * K), r(K);
+            CK(cudaMemcpy(g.data(), dd, g.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            for (int64_t i = 0; i < n; i++) {
+                if (ids[i] >= N) std::fill(r.begin(), r.end(), 0.0f);
+                else cpu_row(W, ids[i], r.data());
+                if (memcmp(&g[i * K], r.data(), K * sizeof(float)) != 0) {
+                    int64_t k = 0;
+                    while (memcmp(&g[i * K + k], &r[k], 4) == 0) k++;
+                    printf("  get_rows: id %d differs at %lld: %.9g vs %.9g\n", ids[i], (long long)k, g[i * K + k], r[k]);
+                    gr_ok = false;
+                }
+            }
+        }
+        cudaFree(dids);
+        cudaFree(dd);
+    }
+    ok = ok && gr_ok;
+    printf("%s %-18s %6lldx%-6lld woff %d: invariance %s, max rel L2 %.2e, get_rows %s\n", ok ? "PASS" : "FAIL", label,
+           (long long)N, (long long)K, c.woff, inv_bad ? "FAIL" : "ok", worst, gr_ok ? "ok" : "FAIL");
+    cudaFree(dx);
+    cudaFree(dxm);
+    cudaFree(dy);
+    free_weight(W);
+    return ok;
+}
+
+/* ---- bench ---- */
+
+void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
+    const char *only = getenv("LS_BENCH_ONLY"); /* e.g. "q4_k" (profiling one matrix) */
+    if (only && strcmp(only, label) != 0) return;
+    const int group = 64;
+    Weight proto;
+    Case c = {label, t, bits, group, LS_TYPE_BF16, 64, K, 0, false};
+    make_weight(c, proto); /* 64 random rows, replicated */
+    const size_t rb = proto.w.row_bytes;
+    const size_t wbytes = rb * N;
+    const size_t sbbytes = t == LS_TYPE_MLX_AFFINE ? (size_t)N * (K / group) * 2 : 0;
+    const int NC = (int)((1200u << 20) / (wbytes + 2 * sbbytes)) + 1; /* > 1.2 GB of copies: far past L2 */
+    std::vector<ls_weight> ws(NC);
+    std::vector<void *> bufs;
+    std::vector<uint8_t> host(wbytes), hsc(sbbytes), hbi(sbbytes);
+    for (int64_t n = 0; n < N; n++) memcpy(&host[n * rb], &proto.data[(n % 64) * rb], rb);
+    if (sbbytes) {
+        const size_t rs = (size_t)(K / group) * 2;
+        for (int64_t n = 0; n < N; n++) {
+            memcpy(&hsc[n * rs], &proto.sc[(n % 64) * rs], rs);
+            memcpy(&hbi[n * rs], &proto.bi[(n % 64) * rs], rs);
+        }
+    }
+    for (int i = 0; i < NC; i++) {
+        ws[i] = proto.w;
+        ws[i].rows = N;
+        void *p;
+        CK(cudaMalloc(&p, wbytes));
+        CK(cudaMemcpy(p, host.data(), wbytes, cudaMemcpyHostToDevice));
+        bufs.push_back(p);
+        ws[i].data = p;
+        if (sbbytes) {
+            CK(cudaMalloc(&p, sbbytes));
+            CK(cudaMemcpy(p, hsc.data(), sbbytes, cudaMemcpyHostToDevice));
+            bufs.push_back(p);
+            ws[i].scales = p;
+            CK(cudaMalloc(&p, sbbytes));
+            CK(cudaMemcpy(p, hbi.data(), sbbytes, cudaMemcpyHostToDevice));
+            bufs.push_back(p);
+            ws[i].biases = p;
+        }
+    }
+    free_weight(proto);
+    float *dx, *dy;
+    std::vector<float> X((size_t)512 * K);
+    for (auto &v : X) v = frand();
+    CK(cudaMalloc(&dx, X.size() * 4));
+    CK(cudaMalloc(&dy, (size_t)512 * N * 4));
+    CK(cudaMemcpy(dx, X.data(), X.size() * 4, cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    printf("%-10s %6lldx%-6lld %7.1f MB:", label, (long long)N, (long long)K, (wbytes + 2 * sbbytes) / 1e6);
+    for (int64_t M : {1, 2, 4, 8, 16, 512}) {
+        const char *onlym = getenv("LS_BENCH_M");
+        if (onlym && atoll(onlym) != M) continue;
+        const int iters = M >= 512 ? 6 : 60;
+        for (int i = 0; i < NC; i++)
+            if (ls_cuda_matmul(0, &ws[i], dx, M, dy) != 0) {
+                printf(" unsupported\n");
+                return;
+            }
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, M, dy);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const double s = ms / 1e3 / iters;
+        if (M >= 512)
+            printf("  M=%lld %7.1f us %5.1f TFLOP/s", (long long)M, s * 1e6, 2.0 * M * N * K / s / 1e12);
+        else
+            printf("  M=%lld %6.1f us %5.0f GB/s", (long long)M, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
+    }
+    printf("\n");
+    CK(cudaGetLastError());
+    for (void *p : bufs) cudaFree(p);
+    cudaFree(dx);
+    cudaFree(dy);
+}
+
+void bench() {
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    printf("device %s, %d SMs, L2 %d MB\n", p.name, p.multiProcessorCount, p.l2CacheSize >> 20);
+    { /* ceiling: device-to-device copy, bytes read + written */
+        const size_t B = (size_t)1 << 30;
+        void *a, *b;
+        CK(cudaMalloc(&a, B));
+        CK(cudaMalloc(&b, B));
+        CK(cudaMemset(a, 1, B));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        CK(cudaMemcpy(b, a, B, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < 10; i++) CK(cudaMemcpyAsync(b, a, B, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        printf("d2d copy: %.0f GB/s (read + write)\n", 2.0 * B * 10 / (ms / 1e3) / 1e9);
+        cudaFree(a);
+        cudaFree(b);
+    }
+    for (int o = 0; o < 2; o++) {
+        const int64_t N = o ? 5376 : 21504, K = o ? 21504 : 5376;
+        bench_one("q4_k", LS_TYPE_Q4_K, 0, N, K);
+        bench_one("q6_k", LS_TYPE_Q6_K, 0, N, K);
+        bench_one("q8_0", LS_TYPE_Q8_0, 0, N, K);
+        bench_one("mlx4", LS_TYPE_MLX_AFFINE, 4, N, K);
+        bench_one("mlx8", LS_TYPE_MLX_AFFINE, 8, N, K);
+        bench_one("bf16", LS_TYPE_BF16, 0, N, K);
+    }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    bool do_bench = false, quick = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bench")) do_bench = true;
+        else if (!strcmp(argv[i], "--quick")) quick = true;
+        else {
+            fprintf(stderr, "usage: %s [--bench] [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    if (do_bench) {
+        bench();
+        return 0;
+    }
+    std::vector<Case> cases = {
+        {"f32", LS_TYPE_F32, 0, 0, LS_TYPE_F32, 200, 1000, 0, false},
+        {"f32u", LS_TYPE_F32, 0, 0, LS_TYPE_F32, 37, 648, 4, false},
+        {"f16", LS_TYPE_F16, 0, 0, LS_TYPE_F32, 200, 1000, 0, false},
+        {"f16u", LS_TYPE_F16, 0, 0, LS_TYPE_F32, 41, 1160, 2, false},
+        {"bf16", LS_TYPE_BF16, 0, 0, LS_TYPE_F32, 200, 1000, 0, false},
+        {"bf16u", LS_TYPE_BF16, 0, 0, LS_TYPE_F32, 40, 1160, 2, false},
+        {"q4_0", LS_TYPE_Q4_0, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
+        {"q4_0o", LS_TYPE_Q4_0, 0, 0, LS_TYPE_F32, 33, 1120, 2, false},
+        {"q4_1", LS_TYPE_Q4_1, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
+        {"q5_0", LS_TYPE_Q5_0, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
+        {"q5_1", LS_TYPE_Q5_1, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
+        {"q8_0", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
+        {"q8_0o", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 29, 1120, 2, false},
+        {"q4_k", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, true},
+        {"q4_ku", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 35, 2816, 2, false},
+        {"q5_k", LS_TYPE_Q5_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, false},
+        {"q5_ku", LS_TYPE_Q5_K, 0, 0, LS_TYPE_F32, 35, 2816, 2, false},
+        {"q6_k", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, false},
+        {"q6_kb", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 53, 5376, 0, false},
+    };
+    const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    const ls_type sbs[] = {LS_TYPE_F32, LS_TYPE_F16, LS_TYPE_BF16};
+    int v = 0;
+    for (int b : bits)
+        for (int g : groups) {
+            const ls_type sb = sbs[v % 3];
+            const int64_t K = g == 128 ? 640 : g == 64 ? 704 : 672;
+            cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, b, g, sb, (int64_t)(57 + 16 * (v % 4)), K, (v % 5 == 4) ? 4 : 0,
+                             false});
+            v++;
+        }
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 130, 5376, 0, false});
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 130, 5376, 0, false});
+    int fails = 0;
+    for (const Case &c : cases) fails += !test_case(c, quick);
+    /* unsupported shapes answer -1 and launch nothing */
+    {
+        ls_weight w;
+        memset(&w, 0, sizeof w);
+        w.type = LS_TYPE_Q8_K, w.rows = 4, w.cols = 256, w.row_bytes = ls_row_size(LS_TYPE_Q8_K, 256);
+        w.data = (void *)256;
+        const int rc = ls_cuda_matmul(0, &w, (const float *)256, 1, (float *)256);
+        printf("%s q8_k unsupported -> %d\n", rc == -1 ? "PASS" : "FAIL", rc);
+        fails += rc != -1;
+    }
+    printf("%s: %d of %zu cases failed\n", fails ? "FAIL" : "PASS", fails, cases.size() + 1);
+    return fails ? 1 : 0;
+}
