@@ -77,6 +77,18 @@ logits_modes() { # model, args..., writes $TMP/<mode>.f32, compares
 if [ -f "$MODEL" ]; then
   check "logits modes identical, default model, 700 tok" logits_modes "$MODEL" -p "$prompt"
   cp "$TMP/prefill.f32" "$TMP/graph.f32" 2>/dev/null
+  # GPU vs CPU lockstep on the same 700 positions (teacher-forced: the prompt's own tokens)
+  "$CLI" logits --device cpu -m "$MODEL" -p "$prompt" --mode prefill -o "$TMP/cpu.f32" 2>/dev/null
+  agree=$(python3 - "$TMP/graph.f32" "$TMP/cpu.f32" <<'PY'
+import sys, numpy as np
+g = np.fromfile(sys.argv[1], dtype='<f4'); c = np.fromfile(sys.argv[2], dtype='<f4')
+v = 262144; n = g.size // v
+g = g.reshape(n, v); c = c.reshape(n, v)
+rel = np.linalg.norm(g - c, axis=1) / np.linalg.norm(c, axis=1)
+print(f"{n} positions: top-1 agreement {(g.argmax(1) == c.argmax(1)).mean()*100:.2f}%, median rel L2 {np.median(rel):.2e}, max {rel.max():.2e}")
+PY
+)
+  row "GPU vs CPU lockstep logits (default model)" "$agree"
   LOCKSTEP_CUDA_GRAPHS=0 "$CLI" logits --device cuda -m "$MODEL" -p "$prompt" --mode chain -o "$TMP/nograph.f32" 2>/dev/null
   check "graph replay == direct launches (chain)" cmp -s "$TMP/graph.f32" "$TMP/nograph.f32"
 fi

@@ -153,6 +153,13 @@ static int bind_linear(hf_loader *L, const char *mod, int64_t nexp, int64_t rows
         }
     }
     size_t sbs = ls_st_dtype_size(sc->dtype);
+    /* The packed words are U32: aligned_data copies them when the file puts them at an
+     * offset that is not a multiple of 4 (the GPU kernels load whole words; docs/cuda.md). */
+    const void *packed = aligned_data(L, t), *sdata = aligned_data(L, sc), *bdata = aligned_data(L, bi);
+    if (!packed || !sdata || !bdata) {
+        ERRF("model: out of memory");
+        return -1;
+    }
     for (int64_t e = 0; e < ne; e++) {
         ls_weight *w = &out[e];
         memset(w, 0, sizeof *w);
@@ -164,9 +171,9 @@ static int bind_linear(hf_loader *L, const char *mod, int64_t nexp, int64_t rows
         w->sb_type = sbt;
         w->row_bytes = (uint64_t)(cols * bits / 8);
         uint64_t r0 = (uint64_t)e * (uint64_t)rows_total + (uint64_t)row0;
-        w->data = (const uint8_t *)t->data + r0 * (uint64_t)pc * 4;
-        w->scales = (const uint8_t *)sc->data + r0 * (uint64_t)ng * sbs;
-        w->biases = (const uint8_t *)bi->data + r0 * (uint64_t)ng * sbs;
+        w->data = (const uint8_t *)packed + r0 * (uint64_t)pc * 4;
+        w->scales = (const uint8_t *)sdata + r0 * (uint64_t)ng * sbs;
+        w->biases = (const uint8_t *)bdata + r0 * (uint64_t)ng * sbs;
         if (ls_mlx_affine_check(w) != 0) {
             ERRF("model: quantized module '%s' (%d-bit, group %d) is not supported", path, bits, group);
             return -1;

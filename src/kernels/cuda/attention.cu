@@ -445,10 +445,49 @@ size_t lsc_attention_scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t m
     return rows * per_row;
 }
 
+/* Head dims below 32 (the tiny test fixtures; no real Gemma has them): one warp per
+ * (row, head), lane d holds dim d. Exact two-pass softmax over the visible keys in
+ * position order, like the CPU: pass 1 the max score, pass 2 the exp-sum and the output.
+ * One warp computes the whole query, so nothing depends on m. */
+template <typename KT> __global__ void k_attn_small(const Params p) {
+    const int64_t r = blockIdx.x;
+    const int h = blockIdx.y, lane = threadIdx.x, hd = p.hd, kvh = h / p.group;
+    int32_t lo, hi;
+    visible_range(p, r, &lo, &hi);
+    float *out = p.out + (r * p.n_head + h) * (int64_t)hd;
+    if (hi < lo) {
+        if (lane < hd) out[lane] = 0.0f;
+        return;
+    }
+    const float q = lane < hd ? p.q[(r * p.n_head + h) * (int64_t)hd + lane] : 0.0f;
+    const int64_t stride = (int64_t)p.n_kv * hd;
+    const KT *kb = reinterpret_cast<const KT *>(p.k) + (int64_t)kvh * hd;
+    const KT *vb = reinterpret_cast<const KT *>(p.v) + (int64_t)kvh * hd;
+    float mx = -INFINITY;
+    for (int32_t key = lo; key <= hi; key++) {
+        const int64_t at = (int64_t)(key - p.first_pos) * stride;
+        float d = lane < hd ? __fmul_rn(q, (float)kb[at + lane]) : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) d = __fadd_rn(d, __shfl_xor_sync(0xffffffffu, d, o));
+        mx = fmaxf(mx, __fmul_rn(d, p.scale));
+    }
+    float sum = 0.0f, acc = 0.0f;
+    for (int32_t key = lo; key <= hi; key++) {
+        const int64_t at = (int64_t)(key - p.first_pos) * stride;
+        float d = lane < hd ? __fmul_rn(q, (float)kb[at + lane]) : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) d = __fadd_rn(d, __shfl_xor_sync(0xffffffffu, d, o));
+        const float e = expf(__fsub_rn(__fmul_rn(d, p.scale), mx));
+        sum = __fadd_rn(sum, e);
+        if (lane < hd) acc = fmaf(e, (float)vb[at + lane], acc);
+    }
+    if (lane < hd) out[lane] = __fmul_rn(acc, __frcp_rn(sum));
+}
+
 void lsc_attention(cudaStream_t st, const ls_attn_args *a, float *scratch, size_t scratch_bytes) {
     if (a->m <= 0) return;
-    if (!(a->hd >= 32 && a->hd <= 512 && a->hd % 32 == 0))
-        LSC_FATAL("attention: head dim %d unsupported (32..512, a multiple of 32)", (int)a->hd);
+    if (!((a->hd >= 32 && a->hd <= 512 && a->hd % 32 == 0) || (a->hd >= 1 && a->hd < 32)))
+        LSC_FATAL("attention: head dim %d unsupported (1..31, or 32..512 a multiple of 32)", (int)a->hd);
     if (!(a->n_head > 0 && a->n_kv > 0 && a->n_head % a->n_kv == 0))
         LSC_FATAL("attention: n_head %d / n_kv %d", (int)a->n_head, (int)a->n_kv);
     if (!(a->first_pos >= 0 && a->n_slots >= 0 && a->window >= 0))
@@ -473,6 +512,17 @@ void lsc_attention(cudaStream_t st, const ls_attn_args *a, float *scratch, size_
     p.strictly_before = a->strictly_before ? 1 : 0;
     p.scale = a->scale;
     p.vec = ((uintptr_t)a->k % 16 == 0 && (uintptr_t)a->v % 16 == 0) ? 1 : 0;
+    if (a->hd < 32) {
+        p.row0 = 0;
+        p.mg = (int32_t)a->m;
+        const dim3 grid((unsigned)a->m, (unsigned)a->n_head);
+        if (a->kv_f32)
+            k_attn_small<float><<<grid, 32, 0, st>>>(p);
+        else
+            k_attn_small<__half><<<grid, 32, 0, st>>>(p);
+        LSC_CHECK_LAUNCH();
+        return;
+    }
     p.c_first = 0;
     p.nch = 0;
     if (a->n_slots > 0) {
