@@ -16,5 +16,5 @@ cmake --build --preset asan-ubsan
 # Under the sanitizers the end-to-end invariance test uses 560 tokens (still past the 512-token
 # sliding window), two modes and two threads, to keep CI well inside its time budget; the
 # server load test runs at full size (200 requests from 8 clients) as in the release run.
-LOCKSTEP_INVARIANCE_TOKENS=560 LOCKSTEP_INVARIANCE_MODES="prefill chain" LOCKSTEP_INVARIANCE_THREADS=2 \
+LOCKSTEP_CPU_BYTES_FIXTURES_ONLY=1 LOCKSTEP_INVARIANCE_TOKENS=560 LOCKSTEP_INVARIANCE_MODES="prefill chain" LOCKSTEP_INVARIANCE_THREADS=2 \
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --preset asan-ubsan -j2

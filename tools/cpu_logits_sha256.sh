@@ -3,12 +3,15 @@
 # prompt, past the sliding window) and on every checkpoint fixture, one line per
 # (model, mode). Recorded before the backend-seam change (tests/data/cpu_bytes/sha256.txt)
 # so tests/cli_cpu_bytes.sh can show the CPU backend still computes exactly those bytes.
-# Usage: tools/cpu_logits_sha256.sh CLI MODEL_GGUF DATA_DIR [--device-flag]
+# Usage: tools/cpu_logits_sha256.sh CLI MODEL_GGUF|"" DATA_DIR [--device-cpu]
+# (an empty MODEL skips the default model; --device-cpu passes --device cpu, for builds with
+# CUDA on a GPU machine)
 set -euo pipefail
-CLI=$1; MODEL=$2; DATA=$3; DEV=${4:-}
+CLI=$1; MODEL=$2; DATA=$3; DEV=""
+[ "${4:-}" = --device-cpu ] && DEV="--device cpu"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 prompt=$(for i in $(seq 1 70); do printf 'The quick brown fox %d jumps over the lazy dog. ' "$i"; done)
-for mode in prefill prefill:64; do
+[ -n "$MODEL" ] && for mode in prefill prefill:64; do
   "$CLI" logits -m "$MODEL" $DEV -p "$prompt" --mode "$mode" -t 2 -o "$tmp/o.f32" 2>/dev/null
   echo "default $mode $(sha256sum < "$tmp/o.f32" | cut -c1-64)"
 done
