@@ -163,7 +163,7 @@ static double ratio_of(double err, double tol) {
 
 /* Accuracy check: fails with kind, op and `where` when err > tol. */
 __attribute__((format(printf, 6, 7))) static void check_acc(int k, const char *op, const char *unit, double err,
-                                                             double tol, const char *fmt, ...) {
+                                                            double tol, const char *fmt, ...) {
     char where[160];
     va_list ap;
     va_start(ap, fmt);
@@ -186,7 +186,7 @@ __attribute__((format(printf, 6, 7))) static void check_acc(int k, const char *o
 
 /* Kind k against the first kind. */
 __attribute__((format(printf, 6, 7))) static void check_cross(int k, const char *op, const char *unit, double err,
-                                                               double tol, const char *fmt, ...) {
+                                                              double tol, const char *fmt, ...) {
     char where[160];
     va_list ap;
     va_start(ap, fmt);
@@ -195,8 +195,8 @@ __attribute__((format(printf, 6, 7))) static void check_cross(int k, const char 
     opstat *s = stat_of(k, op);
     s->x_checks++;
     if (!(err <= tol)) {
-        print_error("[%s vs %s] %s %s: difference %.4g %s > tolerance %.4g\n", g_dev[k].name, g_dev[0].name, op,
-                    where, err, unit, tol);
+        print_error("[%s vs %s] %s %s: difference %.4g %s > tolerance %.4g\n", g_dev[k].name, g_dev[0].name, op, where,
+                    err, unit, tol);
         fail();
     }
     if (ratio_of(err, tol) > s->xworst_ratio) {
@@ -210,10 +210,11 @@ __attribute__((format(printf, 6, 7))) static void check_cross(int k, const char 
 /* Bitwise comparison of `rows` rows of row_bytes: got row r must equal want row r. `what`
  * says what a mismatch means. */
 __attribute__((format(printf, 8, 9))) static void check_rows(int k, const char *op, const char *what, const void *got,
-                                                              const void *want, int64_t rows, size_t row_bytes,
-                                                              const char *fmt, ...) {
+                                                             const void *want, int64_t rows, size_t row_bytes,
+                                                             const char *fmt, ...) {
     for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *g = (const uint8_t *)got + (size_t)r * row_bytes, *w = (const uint8_t *)want + (size_t)r * row_bytes;
+        const uint8_t *g = (const uint8_t *)got + (size_t)r * row_bytes,
+                      *w = (const uint8_t *)want + (size_t)r * row_bytes;
         if (memcmp(g, w, row_bytes) == 0) continue;
         char where[160];
         va_list ap;
@@ -466,7 +467,7 @@ static double sb_value(const void *base, ls_type t, int64_t i) {
 
 typedef struct {
     ls_weight w;
-    double *deq; /* [rows][cols]: the reference value of every element */
+    double *deq;  /* [rows][cols]: the reference value of every element */
     size_t bytes; /* of w.data */
     char label[64];
 } tweight;
@@ -572,7 +573,7 @@ static int weight_configs(wcfg *out, int cap) {
         assert_true(n + 3 <= cap);
         out[n++] = (wcfg){.type = GG[i], .K = 768};
         if (GG[i] == LS_TYPE_F32 || GG[i] == LS_TYPE_F16 || GG[i] == LS_TYPE_BF16) {
-            out[n++] = (wcfg){.type = GG[i], .K = 680}; /* not a multiple of 16, 32 or 64 */
+            out[n++] = (wcfg){.type = GG[i], .K = 680};                   /* not a multiple of 16, 32 or 64 */
             out[n++] = (wcfg){.type = GG[i], .K = 645, .cpu_only = true}; /* a float tail */
         }
     }
@@ -580,7 +581,8 @@ static int weight_configs(wcfg *out, int cap) {
         for (size_t g = 0; g < 3; g++)
             for (size_t s = 0; s < 3; s++) {
                 assert_true(n < cap);
-                out[n++] = (wcfg){.type = LS_TYPE_MLX_AFFINE, .K = 768, .bits = BITS[b], .group = GROUPS[g], .sbt = SBT[s]};
+                out[n++] =
+                    (wcfg){.type = LS_TYPE_MLX_AFFINE, .K = 768, .bits = BITS[b], .group = GROUPS[g], .sbt = SBT[s]};
             }
     return n;
 }
@@ -619,7 +621,8 @@ static void print_type_lines(const char *op, const type_line *lines, int n) {
             }
             printf("[%s] %-8s %-22s max relL2 %.3g (tol %.3g)", g_dev[k].name, op, l->label, l->err[k], l->tol[k]);
             if (k > 0) printf("  vs %s %.3g", g_dev[0].name, l->xerr[k]);
-            if (l->inb_tested[k]) printf("  in_backend %s", l->inb_bitwise[k] ? "== mapped bitwise" : "differs from mapped");
+            if (l->inb_tested[k])
+                printf("  in_backend %s", l->inb_bitwise[k] ? "== mapped bitwise" : "differs from mapped");
             printf("\n");
         }
 }
@@ -751,8 +754,8 @@ static void test_matmul(void **state) {
         int ncpu = 0;
         for (int ci = 0; ci < nc; ci++) ncpu += cfg[ci].cpu_only;
         snprintf(stat_of(k, "matmul")->note, sizeof stat_of(k, "matmul")->note,
-                 "%d weight configs%s; in_backend weights %s the mapped ones",
-                 g_dev[k].is_cpu ? nc : nc - ncpu, g_dev[k].is_cpu ? "" : " (CPU-only shapes skipped)",
+                 "%d weight configs%s; in_backend weights %s the mapped ones", g_dev[k].is_cpu ? nc : nc - ncpu,
+                 g_dev[k].is_cpu ? "" : " (CPU-only shapes skipped)",
                  all ? "bit-identical to" : "NOT bit-identical to");
     }
 }
@@ -794,9 +797,11 @@ static void test_get_rows(void **state) {
             const double tol = tol_of(k, TOL_GET_ROWS);
             tl->tol[k] = tol;
             int32_t *dI = dbuf(d, sizeof ids);
-            float *dO1 = dbuf(d, sizeof(float) * (size_t)(NR * K)), *dO = dbuf(d, sizeof(float) * (size_t)(NR * K + GUARD));
+            float *dO1 = dbuf(d, sizeof(float) * (size_t)(NR * K)),
+                  *dO = dbuf(d, sizeof(float) * (size_t)(NR * K + GUARD));
             up(d, d->be, dI, ids, sizeof ids);
-            float *O1 = xmalloc(sizeof(float) * (size_t)(NR * K)), *O = xmalloc(sizeof(float) * (size_t)(NR * K + GUARD));
+            float *O1 = xmalloc(sizeof(float) * (size_t)(NR * K)),
+                  *O = xmalloc(sizeof(float) * (size_t)(NR * K + GUARD));
             for (int64_t i = 0; i < NR; i++) d->ops->get_rows(d->be1, &tw.w, dI + i, 1, dO1 + i * K);
             down(d, d->be1, O1, dO1, sizeof(float) * (size_t)(NR * K));
             for (int64_t i = 0; i < NR; i++) {
@@ -816,7 +821,8 @@ static void test_get_rows(void **state) {
                                sizeof(float) * (size_t)K, "%s n=%lld (ids %lld..)", tw.label, (long long)m,
                                (long long)offs[o]);
                     if (!is_sentinel(O, sizeof(float) * (size_t)(m * K), sizeof(float) * GUARD)) {
-                        print_error("[%s] get_rows %s n=%lld: wrote past its output\n", d->name, tw.label, (long long)m);
+                        print_error("[%s] get_rows %s n=%lld: wrote past its output\n", d->name, tw.label,
+                                    (long long)m);
                         fail();
                     }
                     count_inv(k, "get_rows", (long)m);
@@ -909,8 +915,8 @@ static void run_rowcase(const rowcase *c) {
                 check_rows(k, c->op, "outside the call was modified", host, c->x, off, sizeof(float) * (size_t)d,
                            "%s m=%lld (rows %lld..)", c->label, (long long)m, (long long)off);
                 check_rows(k, c->op, "outside the call was modified", host + (off + m) * d, c->x + (off + m) * d,
-                           NR - off - m, sizeof(float) * (size_t)d, "%s m=%lld (rows %lld..)", c->label,
-                           (long long)m, (long long)off);
+                           NR - off - m, sizeof(float) * (size_t)d, "%s m=%lld (rows %lld..)", c->label, (long long)m,
+                           (long long)off);
                 count_inv(k, c->op, (long)m);
             }
         }
@@ -956,8 +962,14 @@ static void test_rmsnorm(void **state) {
         float eps;
     } C[] = {{256, true, 1e-6f}, {999, false, 1e-6f}, {999, true, 1e-5f}, {2560, true, 1e-6f}, {2560, false, 1e-6f}};
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
-        rowcase c = {.op = "rmsnorm", .d = C[i].n, .a = C[i].eps, .launch = l_rmsnorm, .ref = r_rmsnorm,
-                     .metric = MET_REL, .tol = TOL_RMSNORM, .all_m = true};
+        rowcase c = {.op = "rmsnorm",
+                     .d = C[i].n,
+                     .a = C[i].eps,
+                     .launch = l_rmsnorm,
+                     .ref = r_rmsnorm,
+                     .metric = MET_REL,
+                     .tol = TOL_RMSNORM,
+                     .all_m = true};
         snprintf(c.label, sizeof c.label, "n=%lld %s eps=%g", (long long)C[i].n, C[i].weight ? "weight" : "no-weight",
                  (double)C[i].eps);
         uint64_t rng = seed_of(c.label);
@@ -1009,13 +1021,22 @@ static void test_rope_pairs(void **state) {
     static const struct {
         int32_t hd, heads, pairs;
         float theta, fscale;
-    } C[] = {{64, 8, 32, 10000.0f, 1.0f},    {128, 4, 16, 1e6f, 1.0f},  {256, 2, 128, 1e6f, 0.125f},
-             {512, 2, 64, 1e6f, 1.0f},       {512, 1, 256, 1e4f, 0.25f}, {128, 3, 0, 1e4f, 1.0f}};
+    } C[] = {{64, 8, 32, 10000.0f, 1.0f}, {128, 4, 16, 1e6f, 1.0f},   {256, 2, 128, 1e6f, 0.125f},
+             {512, 2, 64, 1e6f, 1.0f},    {512, 1, 256, 1e4f, 0.25f}, {128, 3, 0, 1e4f, 1.0f}};
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         const int64_t d = (int64_t)C[i].hd * C[i].heads;
-        rowcase c = {.op = "rope_pairs", .d = d, .a = C[i].theta, .b = C[i].fscale, .n_heads = C[i].heads,
-                     .hd = C[i].hd, .n_pairs = C[i].pairs, .launch = l_rope, .ref = r_rope, .metric = MET_REL,
-                     .tol = TOL_ROPE, .all_m = true};
+        rowcase c = {.op = "rope_pairs",
+                     .d = d,
+                     .a = C[i].theta,
+                     .b = C[i].fscale,
+                     .n_heads = C[i].heads,
+                     .hd = C[i].hd,
+                     .n_pairs = C[i].pairs,
+                     .launch = l_rope,
+                     .ref = r_rope,
+                     .metric = MET_REL,
+                     .tol = TOL_ROPE,
+                     .all_m = true};
         snprintf(c.label, sizeof c.label, "hd=%d heads=%d n_pairs=%d theta=%g freq_scale=%g", C[i].hd, C[i].heads,
                  C[i].pairs, (double)C[i].theta, (double)C[i].fscale);
         uint64_t rng = seed_of(c.label);
@@ -1056,7 +1077,8 @@ static void r_add(const rowcase *c, int64_t r, double *ref, double *mag) {
         mag[i] = -1.0;
     }
 }
-static void l_scale(const rowcase *c, tdev *d, ls_backend *be, float *x, const float *y, const int32_t *pos, int64_t m) {
+static void l_scale(const rowcase *c, tdev *d, ls_backend *be, float *x, const float *y, const int32_t *pos,
+                    int64_t m) {
     (void)y, (void)pos;
     d->ops->scale(be, x, c->a, m * c->d);
 }
@@ -1066,7 +1088,8 @@ static void r_scale(const rowcase *c, int64_t r, double *ref, double *mag) {
         mag[i] = -1.0;
     }
 }
-static void l_axpby(const rowcase *c, tdev *d, ls_backend *be, float *x, const float *y, const int32_t *pos, int64_t m) {
+static void l_axpby(const rowcase *c, tdev *d, ls_backend *be, float *x, const float *y, const int32_t *pos,
+                    int64_t m) {
     (void)pos;
     d->ops->axpby(be, x, y, c->a, c->b, m * c->d);
 }
@@ -1117,8 +1140,15 @@ static void run_elementwise(const char *op, row_launch_fn launch, row_ref_fn ref
     for (size_t di = 0; di < sizeof D / sizeof D[0]; di++)
         for (int p = 0; p < nparams; p++) {
             const int64_t d = D[di];
-            rowcase c = {.op = op, .d = d, .a = params[2 * p], .b = params[2 * p + 1], .launch = launch, .ref = ref,
-                         .metric = metric, .tol = tol, .all_m = true};
+            rowcase c = {.op = op,
+                         .d = d,
+                         .a = params[2 * p],
+                         .b = params[2 * p + 1],
+                         .launch = launch,
+                         .ref = ref,
+                         .metric = metric,
+                         .tol = tol,
+                         .all_m = true};
             snprintf(c.label, sizeof c.label, "d=%lld a=%g b=%g", (long long)d, (double)c.a, (double)c.b);
             char seed[160];
             snprintf(seed, sizeof seed, "%s %s", op, c.label);
@@ -1128,8 +1158,10 @@ static void run_elementwise(const char *op, row_launch_fn launch, row_ref_fn ref
                 const int64_t r = i / d;
                 /* mixed magnitudes: gelu's and softcap's saturated ranges, zeros of both signs */
                 const uint64_t pick = rng_next(&rng) % 16;
-                x[i] = pick == 0 ? 0.0f : pick == 1 ? -0.0f : pick < 4 ? (rng_uniform(&rng) - 0.5f) * 40.0f
-                                                                      : rng_normal(&rng, r % 7 == 3 ? 30.0f : 1.5f);
+                x[i] = pick == 0   ? 0.0f
+                       : pick == 1 ? -0.0f
+                       : pick < 4  ? (rng_uniform(&rng) - 0.5f) * 40.0f
+                                   : rng_normal(&rng, r % 7 == 3 ? 30.0f : 1.5f);
                 y[i] = rng_normal(&rng, row_scale(r) == 0.0f ? 1.0f : row_scale(r));
             }
             c.x = x;
@@ -1194,15 +1226,15 @@ typedef struct {
 
 static const attn_cfg ATTN[] = {
     /* hd, heads, kv heads, f32 KV, strictly_before, window, first_pos, slots, scale */
-    {64, 8, 2, false, false, 0, 0, 520, 0.125f},        /* GQA 4, keys across 256-blocks */
-    {64, 4, 4, true, true, 48, 0, 300, 0.125f},         /* sliding + strictly before, from 0 */
-    {64, 4, 1, false, false, 1, 40, 200, 1.0f},         /* window 1: each query its own key */
-    {128, 4, 1, false, false, 0, 0, 600, 0.08838835f},  /* GQA 4, long */
-    {128, 4, 2, true, false, 100, 77, 400, 1.0f},       /* compacted sliding cache, peaky */
-    {256, 4, 2, false, true, 0, 0, 300, 0.0625f},       /* strictly before, position 0 -> zero row */
-    {256, 2, 2, false, true, 64, 200, 330, 1.0f},       /* compacted, strictly before */
-    {512, 2, 1, false, false, 0, 0, 520, 0.04419417f},  /* Gemma 4 global head dim */
-    {512, 2, 1, true, true, 0, 0, 260, 1.0f},           /* f32 KV, strictly before */
+    {64, 8, 2, false, false, 0, 0, 520, 0.125f},           /* GQA 4, keys across 256-blocks */
+    {64, 4, 4, true, true, 48, 0, 300, 0.125f},            /* sliding + strictly before, from 0 */
+    {64, 4, 1, false, false, 1, 40, 200, 1.0f},            /* window 1: each query its own key */
+    {128, 4, 1, false, false, 0, 0, 600, 0.08838835f},     /* GQA 4, long */
+    {128, 4, 2, true, false, 100, 77, 400, 1.0f},          /* compacted sliding cache, peaky */
+    {256, 4, 2, false, true, 0, 0, 300, 0.0625f},          /* strictly before, position 0 -> zero row */
+    {256, 2, 2, false, true, 64, 200, 330, 1.0f},          /* compacted, strictly before */
+    {512, 2, 1, false, false, 0, 0, 520, 0.04419417f},     /* Gemma 4 global head dim */
+    {512, 2, 1, true, true, 0, 0, 260, 1.0f},              /* f32 KV, strictly before */
     {512, 4, 2, false, false, 128, 300, 400, 0.04419417f}, /* compacted sliding, hd 512 */
 };
 
@@ -1376,9 +1408,10 @@ static void test_kv_store(void **state) {
     (void)state;
     /* f16 specials: max finite, the largest value rounding to it, overflow, infinities, NaN,
      * underflow to zero (2^-25 ties to even = 0), subnormals, ties to even, signed zeros */
-    const float specials[] = {65504.0f, 65519.996f, 65520.0f, -70000.0f, INFINITY, -INFINITY, NAN,
-                              1e-8f, 0x1p-25f, 0x1.8p-25f, 0x1.4p-23f, 6.1e-5f, 0x1p-14f, 1.0f + 0x1p-11f,
-                              1.0f + 0x3p-11f, -0.0f, 0.0f, 2049.0f, 2051.0f, -0x1.ffcp-15f};
+    const float specials[] = {65504.0f,   65519.996f, 65520.0f, -70000.0f,       INFINITY,
+                              -INFINITY,  NAN,        1e-8f,    0x1p-25f,        0x1.8p-25f,
+                              0x1.4p-23f, 6.1e-5f,    0x1p-14f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f,
+                              -0.0f,      0.0f,       2049.0f,  2051.0f,         -0x1.ffcp-15f};
     const int nsp = (int)(sizeof specials / sizeof specials[0]);
     static const int64_t D[] = {1, 999, 512};
     for (int f32 = 0; f32 < 2; f32++)
@@ -1477,7 +1510,8 @@ static void test_gather_rows(void **state) {
         for (int j = 0; j < NR; j++) memcpy(want + j * d, src + rows[j] * d, sizeof(float) * (size_t)d);
         for (int k = 0; k < g_ndev; k++) {
             tdev *dv = &g_dev[k];
-            float *dS = dbuf(dv, sizeof(float) * (size_t)(SR * d)), *dO = dbuf(dv, sizeof(float) * (size_t)(NR * d + GUARD));
+            float *dS = dbuf(dv, sizeof(float) * (size_t)(SR * d)),
+                  *dO = dbuf(dv, sizeof(float) * (size_t)(NR * d + GUARD));
             int32_t *dR = dbuf(dv, sizeof rows);
             up(dv, dv->be, dS, src, sizeof(float) * (size_t)(SR * d));
             up(dv, dv->be, dR, rows, sizeof rows);
@@ -1601,7 +1635,8 @@ static void test_scatter_add(void **state) {
                 up(dv, dv->be, dA, acc, ab);
                 memcpy(prev, acc, ab);
                 for (int cidx = 0; cidx < 3; cidx++) {
-                    dv->ops->scatter_add(dv->be, dA, dY + yoff[cidx] * d, dRr + yoff[cidx], dW + yoff[cidx], cnt[cidx], d);
+                    dv->ops->scatter_add(dv->be, dA, dY + yoff[cidx] * d, dRr + yoff[cidx], dW + yoff[cidx], cnt[cidx],
+                                         d);
                     down(dv, dv->be, A, dA, ab);
                     for (int64_t j = 0; j < cnt[cidx]; j++) {
                         const int64_t r = calls[cidx][j], yj = yoff[cidx] + j;
@@ -1630,8 +1665,8 @@ static void test_scatter_add(void **state) {
                     double oref[999];
                     for (int64_t i = 0; i < d; i++) oref[i] = res[0][j * d + i];
                     const double e = row_err(MET_ULP, got + j * d, oref, mag + j * d, d);
-                    check_cross(k, "scatter_add", "ulp", e, tol + tol_of(0, TOL_SCATTER), "%s contribution %lld",
-                                label, (long long)j);
+                    check_cross(k, "scatter_add", "ulp", e, tol + tol_of(0, TOL_SCATTER), "%s contribution %lld", label,
+                                (long long)j);
                 }
             res[k] = got;
             free(S1);
@@ -1700,13 +1735,23 @@ static void test_copy(void **state) {
     static const struct {
         size_t src, dst, bytes;
     } C[] = {
-        {0, 100, 1},          {7, 1003, 3},           {64, 4096, 1000},   /* disjoint, odd offsets */
-        {5, 3, 1000},         {3, 5, 1000},                               /* overlap by all but 2 bytes */
-        {100, 0, 65541},      {0, 100, 65541},                            /* dst < src, dst > src */
-        {4097, 1, 200000},    {1, 4097, 200000},      {50000, 0, 100000}, {0, 50000, 100000},
-        {16, 0, 3u << 20},    {0, 16, 3u << 20},                          /* tiny distance, megabytes */
-        {1u << 20, 0, 20u << 20}, {0, 1u << 20, 20u << 20},               /* KV-compaction-sized moves */
-        {123, 123, 5000},     {10, 20, 0},                                /* no-ops */
+        {0, 100, 1},
+        {7, 1003, 3},
+        {64, 4096, 1000}, /* disjoint, odd offsets */
+        {5, 3, 1000},
+        {3, 5, 1000}, /* overlap by all but 2 bytes */
+        {100, 0, 65541},
+        {0, 100, 65541}, /* dst < src, dst > src */
+        {4097, 1, 200000},
+        {1, 4097, 200000},
+        {50000, 0, 100000},
+        {0, 50000, 100000},
+        {16, 0, 3u << 20},
+        {0, 16, 3u << 20}, /* tiny distance, megabytes */
+        {1u << 20, 0, 20u << 20},
+        {0, 1u << 20, 20u << 20}, /* KV-compaction-sized moves */
+        {123, 123, 5000},
+        {10, 20, 0}, /* no-ops */
     };
     uint64_t rng = seed_of("copy");
     uint8_t *init = xmalloc(B), *want = xmalloc(B), *got = xmalloc(B);
@@ -1762,8 +1807,8 @@ static void test_copy_rows(void **state) {
                     fill_sentinel(want, db);
                     for (int64_t r = off; r < off + m; r++)
                         memcpy(want + r * ds, src + r * ss, sizeof(float) * (size_t)w);
-                    check_rows(k, "copy_rows", "differs from the host copy (gaps and guard included)", got, want, 1,
-                               db, "width=%lld strides %lld/%lld rows=%lld at %lld", (long long)w, (long long)ds,
+                    check_rows(k, "copy_rows", "differs from the host copy (gaps and guard included)", got, want, 1, db,
+                               "width=%lld strides %lld/%lld rows=%lld at %lld", (long long)w, (long long)ds,
                                (long long)ss, (long long)m, (long long)off);
                     count_inv(k, "copy_rows", (long)m);
                 }
@@ -1968,8 +2013,10 @@ typedef struct {
     bool optional;
 } op_slot;
 
-#define SLOT(f, t) {offsetof(ls_backend_ops, f), #f, #t, t, false}
-#define SLOT_OPT(f, t) {offsetof(ls_backend_ops, f), #f, #t, t, true}
+#define SLOT(f, t)                                                                                                     \
+    { offsetof(ls_backend_ops, f), #f, #t, t, false }
+#define SLOT_OPT(f, t)                                                                                                 \
+    { offsetof(ls_backend_ops, f), #f, #t, t, true }
 
 static void test_op_table(void **state);
 
@@ -2060,8 +2107,8 @@ static int group_setup(void **state) {
             fprintf(stderr, "kind %s: two instances with different op tables\n", kind->name);
             return -1;
         }
-        printf("kind %s: device \"%s\", ops \"%s\", host_memory %d, step capture %s\n", kind->name,
-               kind->device_name(), d->ops->name, (int)d->ops->host_memory, d->ops->step_begin ? "yes" : "no");
+        printf("kind %s: device \"%s\", ops \"%s\", host_memory %d, step capture %s\n", kind->name, kind->device_name(),
+               d->ops->name, (int)d->ops->host_memory, d->ops->step_begin ? "yes" : "no");
         g_ndev++;
     }
     return g_ndev > 0 && strcmp(g_dev[0].name, "cpu") == 0 ? 0 : -1;

@@ -33,10 +33,10 @@ typedef struct {
     ls_backend *be;
     const ls_model *target;
     int32_t vocab, bb, n_ctx;
-    float *emb, *h;  /* [bb], [bb] */
-    int32_t *tok;    /* [1] */
-    float *logits;   /* [vocab] */
-    int32_t *hist;   /* [n_ctx] history + drafts, for the sampler's penalties */
+    float *emb, *h; /* [bb], [bb] */
+    int32_t *tok;   /* [1] */
+    float *logits;  /* [vocab] */
+    int32_t *hist;  /* [n_ctx] history + drafts, for the sampler's penalties */
 } asst_impl;
 
 static void kv_view(const ls_kv_layer *c, int32_t n_kv, int32_t hd, ls_asst_kv *v) {

@@ -327,9 +327,9 @@ void ls_probe_set_test_fault(bool on, int32_t layer, ls_stage stage) {
 /* Passing verdicts are also remembered on disk ($XDG_CACHE_HOME or ~/.cache, lockstep/probe/),
  * keyed by the model file's identity (path, size, mtime), the engine version and build
  * identity (a hash of every engine source, the compilers and flags: ls_build_id), the
- * backend, device kind and device name, drafter, K and thread count, so repeated CLI runs do not pay for the probe each time. Failures are
- * never cached: they are re-checked (and re-localized) on every start. LOCKSTEP_PROBE_CACHE=0
- * turns the disk cache off. */
+ * backend, device kind and device name, drafter, K and thread count, so repeated CLI runs do not pay for the probe each
+ * time. Failures are never cached: they are re-checked (and re-localized) on every start. LOCKSTEP_PROBE_CACHE=0 turns
+ * the disk cache off. */
 static bool disk_cache_path(const ls_session *s, const char *drafter, int32_t k, char *out, size_t cap) {
     const char *off = getenv("LOCKSTEP_PROBE_CACHE");
     if (off && !strcmp(off, "0")) return false;

@@ -432,8 +432,8 @@ fail:
 
 static void scratch_release(ls_assistant *a) {
     if (!a->be) return;
-    void *bufs[] = {a->x,   a->h,      a->a,      a->t,       a->q,    a->att,  a->gate,  a->up,
-                    a->emb, a->hcur,   a->logits, a->cscore,  a->crows, a->clogits, a->qpos, a->tok, a->dcand};
+    void *bufs[] = {a->x,    a->h,      a->a,      a->t,     a->q,       a->att,  a->gate, a->up,   a->emb,
+                    a->hcur, a->logits, a->cscore, a->crows, a->clogits, a->qpos, a->tok,  a->dcand};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) a->be->ops->release(a->be, bufs[i]);
     a->x = a->h = a->a = a->t = a->q = a->att = a->gate = a->up = a->emb = a->hcur = a->logits = NULL;
@@ -448,7 +448,10 @@ static int scratch_bind(ls_assistant *a, ls_backend *be) {
     a->be = be;
     int64_t mx = a->hidden > a->bb ? a->hidden : a->bb, nc = (int64_t)a->top_k * a->per_cluster;
     bool fail = false;
-#define SALLOC(ptr, n)                                                                                                     do {                                                                                                                       if ((n) > 0 && !((ptr) = be->ops->alloc(be, sizeof(*(ptr)) * (size_t)(n)))) fail = true;                         } while (0)
+#define SALLOC(ptr, n)                                                                                                 \
+    do {                                                                                                               \
+        if ((n) > 0 && !((ptr) = be->ops->alloc(be, sizeof(*(ptr)) * (size_t)(n)))) fail = true;                       \
+    } while (0)
     SALLOC(a->x, 2 * (int64_t)a->bb);
     SALLOC(a->h, a->hidden);
     SALLOC(a->a, a->hidden);

@@ -90,8 +90,8 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
 
 /* Greedy proposals (spec 5.6 step 2): step 1 feeds (bonus, hprev), step k > 1 feeds
  * (d_{k-1}, hnext of step k-1), all at position P; d_k = argmax of step k's logits (lowest id
- * on ties). hprev, step_logits and step_hnext are host memory (tests use it). Writes k tokens to out; step_logits [k][vocab] and step_hnext [k][backbone] when
- * non-NULL. Returns k, or -1 (ls_assistant_error). */
+ * on ties). hprev, step_logits and step_hnext are host memory (tests use it). Writes k tokens to out; step_logits
+ * [k][vocab] and step_hnext [k][backbone] when non-NULL. Returns k, or -1 (ls_assistant_error). */
 int ls_assistant_propose(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd, int32_t bonus, const float *hprev,
                          int32_t P, const ls_asst_kv *kv_sliding, const ls_asst_kv *kv_full, int32_t k, int32_t *out,
                          float *step_logits, float *step_hnext);

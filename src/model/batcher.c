@@ -196,7 +196,8 @@ int ls_batcher_create(ls_model *m, const ls_batcher_params *p, ls_batcher **out,
     }
     const ls_device_kind *kind = ls_model_kind_for(m, p->device, err, errlen);
     if (!kind) return LS_ERR_ARG;
-    ls_backend_params bp = {.n_threads = threads, .max_rows = rows, .max_cols = ls_model_max_cols(m), .max_keys = n_ctx};
+    ls_backend_params bp = {
+        .n_threads = threads, .max_rows = rows, .max_cols = ls_model_max_cols(m), .max_keys = n_ctx};
     ls_batcher *b = calloc(1, sizeof *b);
     if (b) b->be = kind->create(&bp);
     if (!b || !b->be || ls_workspace_init(&b->ws, b->be, m, rows, lrows) != 0) {

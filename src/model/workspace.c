@@ -60,7 +60,7 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
     /* Host buffers */
 #define HALLOC(ptr, width)                                                                                             \
     do {                                                                                                               \
-        if ((width) > 0 && !((ptr) = malloc(sizeof(*(ptr)) * (size_t)((int64_t)rows * (width))))) fail = 1;          \
+        if ((width) > 0 && !((ptr) = malloc(sizeof(*(ptr)) * (size_t)((int64_t)rows * (width))))) fail = 1;            \
     } while (0)
     BALLOC(ws->x, w.x);
     BALLOC(ws->xn, w.xn);
@@ -105,10 +105,9 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
 void ls_workspace_free(ls_workspace *ws) {
     ls_backend *be = ws->be;
     if (be) {
-        void *bufs[] = {ws->x,       ws->xn,      ws->tmp,     ws->q,          ws->k,      ws->v,
-                        ws->att,     ws->gate,    ws->up,      ws->positions,  ws->tokens, ws->ple,
-                        ws->ple_tok, ws->ple_tmp, ws->logits,  ws->moe_scores, ws->moe_in, ws->moe_out,
-                        ws->moe_acc, ws->moe_w,   ws->moe_src};
+        void *bufs[] = {ws->x,      ws->xn,         ws->tmp,       ws->q,       ws->k,       ws->v,       ws->att,
+                        ws->gate,   ws->up,         ws->positions, ws->tokens,  ws->ple,     ws->ple_tok, ws->ple_tmp,
+                        ws->logits, ws->moe_scores, ws->moe_in,    ws->moe_out, ws->moe_acc, ws->moe_w,   ws->moe_src};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) be->ops->release(be, bufs[i]);
     }

@@ -24,14 +24,11 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"n-prompt", required_argument, 0, 'p'},
-                                         {"n-gen", required_argument, 0, 'n'},
-                                         {"reps", required_argument, 0, 'r'},
-                                         {"verify", required_argument, 0, 'k'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},    {"threads", required_argument, 0, 't'},
+        {"n-prompt", required_argument, 0, 'p'}, {"n-gen", required_argument, 0, 'n'},
+        {"reps", required_argument, 0, 'r'},     {"verify", required_argument, 0, 'k'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     cli_common c = {0};
     int32_t n_pp = 512, n_tg = 128, reps = 5, kv = 4;
     optind = 1;
@@ -45,7 +42,9 @@ int cmd_bench(int argc, char **argv) {
         case 'n': ok = cli_parse_i32("-n", optarg, 1, 16384, &n_tg); break;
         case 'r': ok = cli_parse_i32("-r", optarg, 1, 100, &reps); break;
         case 'k': ok = cli_parse_i32("--verify", optarg, 2, 16, &kv); break;
-        case 'h': printf("usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5] [--verify K]\n"); return CLI_OK;
+        case 'h':
+            printf("usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5] [--verify K]\n");
+            return CLI_OK;
         default:
             fprintf(stderr, "usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5] [--verify K]\n");
             return CLI_USAGE;

@@ -166,8 +166,7 @@ int cmd_serve(int argc, char **argv) {
             "lockstep serve: ready on http://%s:%d  model=%s slots=%d threads=%d ctx=%d device=%s backend=%s "
             "speculation=%s%s%s\n",
             cfg->host, srv_http_port(), s->model_id, s->n_slots, cfg->n_threads, s->n_ctx, ls_model_device(s->model),
-            ls_device_name_of(ls_model_device(s->model)),
-            s->spec_state, *s->spec_detail ? ": " : "", s->spec_detail);
+            ls_device_name_of(ls_model_device(s->model)), s->spec_state, *s->spec_detail ? ": " : "", s->spec_detail);
     unsigned char sig = 0;
     while (read(g_sig_pipe[0], &sig, 1) != 1) {}
     fprintf(stderr, "lockstep serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

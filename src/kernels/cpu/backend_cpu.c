@@ -199,8 +199,7 @@ static void cpu_kv_store(ls_backend *be, void *dst, bool f32, const float *src, 
     for (int64_t i = 0; i < n; i++) d[i] = ls_f32_to_f16(src[i]);
 }
 
-static void cpu_gather_rows(ls_backend *be, float *dst, const float *src, const int32_t *rows, int64_t cnt,
-                            int64_t d) {
+static void cpu_gather_rows(ls_backend *be, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d) {
     (void)be;
     for (int64_t j = 0; j < cnt; j++) memcpy(dst + j * d, src + (int64_t)rows[j] * d, sizeof(float) * (size_t)d);
 }

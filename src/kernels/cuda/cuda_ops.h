@@ -19,7 +19,7 @@
 /* Aborts with the CUDA error's name and text, the failing expression and its place, after
  * logging them (core/log.h). Never returns when e != cudaSuccess. */
 void lsc_check(cudaError_t e, const char *expr, const char *file, int line);
-#define LSC_CHECK(call) lsc_check((call), #call, __FILE__, __LINE__)
+#define LSC_CHECK(call)    lsc_check((call), #call, __FILE__, __LINE__)
 /* After a kernel launch: a bad configuration shows up here (not sticky, so it is ours). */
 #define LSC_CHECK_LAUNCH() lsc_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 /* Logs "cuda: <msg>" and aborts: programming errors (contract violations) only. */
