@@ -91,7 +91,8 @@ int ls_model_set_device(ls_model *m, const char *device, char *err, size_t errle
     const ls_device_kind *k = ls_model_kind_for(m, device && *device ? device : "auto", err, errlen);
     if (!k) return LS_ERR_ARG;
     m->device = k;
-    LS_INFO("device: %s (%s)", k->name, k->device_name());
+    /* A GPU is worth saying; the CPU on a machine without one is the quiet default. */
+    ls_log(strcmp(k->name, "cpu") ? LS_LOG_INFO : LS_LOG_DEBUG, "device: %s (%s)", k->name, k->device_name());
     return LS_OK;
 }
 
