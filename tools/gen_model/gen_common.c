@@ -27,12 +27,6 @@ uint64_t gm_hash_str(const char *s) {
     return gm_splitmix64(&h);
 }
 
-double gm_gauss(gm_rng *r) {
-    double s = 0;
-    for (int i = 0; i < 12; i++) s += gm_uniform(r);
-    return s - 6.0;
-}
-
 static float f32_from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
@@ -121,19 +115,54 @@ void gm_tensor_list_free(gm_tensor_list *l) {
  * Tables
  * ------------------------------------------------------------------------------------- */
 
-uint16_t *gm_tab_bf16_gauss(uint64_t seed, double mean, double sd) {
+/* Inverse of the standard normal CDF (Acklam's rational approximation, relative error
+ * < 1.2e-9), for 0 < p < 1. */
+static double norm_quantile(double p) {
+    static const double a[6] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
+                                1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
+    static const double b[5] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+                                6.680131188771972e+01, -1.328068155288572e+01};
+    static const double c[6] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+                                -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
+    static const double d[4] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                                3.754408661907416e+00};
+    if (p < 0.02425) {
+        double q = sqrt(-2 * log(p));
+        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+               ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+    }
+    if (p > 1 - 0.02425) return -norm_quantile(1 - p);
+    double q = p - 0.5, r = q * q;
+    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+           (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+}
+
+/* The 256 quantiles (i + 1/2) / 256 of N(0, 1), rescaled to unit variance: symmetric, so a
+ * tensor drawn from them has mean ~0 (a sampled table of 256 values would give every
+ * element of a tensor the same offset of ~sd/16: one direction shared by all its rows). */
+static void gauss_quantiles(double q[256]) {
+    double ss = 0;
+    for (int i = 0; i < 256; i++) {
+        q[i] = norm_quantile((i + 0.5) / 256.0);
+        ss += q[i] * q[i];
+    }
+    double k = 1.0 / sqrt(ss / 256.0);
+    for (int i = 0; i < 256; i++) q[i] *= k;
+}
+
+uint16_t *gm_tab_bf16_gauss(double mean, double sd) {
     uint16_t *t = xmalloc(256 * sizeof *t);
-    gm_rng r;
-    gm_rng_seed(&r, seed ^ 0x7461625f62663136ull);
-    for (int i = 0; i < 256; i++) t[i] = gm_f32_to_bf16((float)(mean + sd * gm_gauss(&r)));
+    double q[256];
+    gauss_quantiles(q);
+    for (int i = 0; i < 256; i++) t[i] = gm_f32_to_bf16((float)(mean + sd * q[i]));
     return t;
 }
 
-float *gm_tab_f32_gauss(uint64_t seed, double mean, double sd) {
+float *gm_tab_f32_gauss(double mean, double sd) {
     float *t = xmalloc(256 * sizeof *t);
-    gm_rng r;
-    gm_rng_seed(&r, seed ^ 0x7461625f66333200ull);
-    for (int i = 0; i < 256; i++) t[i] = (float)(mean + sd * gm_gauss(&r));
+    double q[256];
+    gauss_quantiles(q);
+    for (int i = 0; i < 256; i++) t[i] = (float)(mean + sd * q[i]);
     return t;
 }
 
@@ -153,8 +182,8 @@ uint16_t *gm_tab_mlx_scales(uint64_t seed, double base) {
 
 uint16_t *gm_tab_mlx_biases(const uint16_t *scales, int bits) {
     uint16_t *t = xmalloc(256 * sizeof *t);
-    float mul = (float)(1u << (bits - 1));
-    for (int i = 0; i < 256; i++) t[i] = gm_f32_to_bf16(-gm_bf16_to_f32(scales[i]) * mul); /* exact */
+    float mid = (float)((1u << bits) - 1) * 0.5f; /* mean of q uniform in [0, 2^bits - 1] */
+    for (int i = 0; i < 256; i++) t[i] = gm_f32_to_bf16(-gm_bf16_to_f32(scales[i]) * mid);
     return t;
 }
 
@@ -240,13 +269,17 @@ static void fill_q4k(gm_rng *r, const uint16_t *tab, uint8_t *out, uint64_t n_bl
     }
 }
 
-/* Q6_K: y = d * scale * (q - 32), q uniform in [0, 63], int8 scale uniform in [16, 31]. */
+/* Q6_K: y = d * scale * (q - 32), q uniform in [0, 63], int8 scale uniform in +-[16, 31]
+ * (random sign: q - 32 has mean -1/2, which the signs cancel across groups). */
 static void fill_q6k(gm_rng *r, const uint16_t *tab, uint8_t *out, uint64_t n_blocks) {
     for (uint64_t b = 0; b < n_blocks; b++, out += 210) {
         fill_bytes(r, out, 192); /* ql[128], qh[64] */
         uint64_t w = gm_next(r);
-        for (int j = 0; j < 16; j++) out[192 + j] = (uint8_t)(16 + ((w >> (4 * j)) & 15));
         uint64_t w2 = gm_next(r);
+        for (int j = 0; j < 16; j++) {
+            int sc = 16 + (int)((w >> (4 * j)) & 15);
+            out[192 + j] = (uint8_t)(int8_t)((w2 >> (8 + j)) & 1 ? -sc : sc);
+        }
         memcpy(out + 208, &tab[w2 & 255], 2);
     }
 }
@@ -273,19 +306,6 @@ static void generate_chunk(const gm_tensor *t, uint64_t k, uint8_t *out) {
     }
 }
 
-void gm_generate(const gm_tensor *t, uint64_t r0, uint64_t nr, uint8_t *out) {
-    uint64_t cr = chunk_rows(t);
-    uint8_t *tmp = xmalloc(cr * t->row_bytes);
-    for (uint64_t k = r0 / cr; k * cr < r0 + nr; k++) {
-        uint64_t c0, cn;
-        chunk_span(t, k, &c0, &cn);
-        generate_chunk(t, k, tmp);
-        uint64_t a = c0 > r0 ? c0 : r0, e = c0 + cn < r0 + nr ? c0 + cn : r0 + nr;
-        memcpy(out + (a - r0) * t->row_bytes, tmp + (a - c0) * t->row_bytes, (e - a) * t->row_bytes);
-    }
-    free(tmp);
-}
-
 /* ---------------------------------------------------------------------------------------
  * Streaming writer: workers generate chunks into a ring of slots, the caller's thread
  * writes them in order.
@@ -293,8 +313,8 @@ void gm_generate(const gm_tensor *t, uint64_t r0, uint64_t nr, uint8_t *out) {
 
 typedef struct {
     const gm_tensor *t;
-    uint64_t k;         /* chunk index within the tensor */
-    uint64_t bytes;     /* chunk size */
+    uint64_t k;          /* chunk index within the tensor */
+    uint64_t bytes;      /* chunk size */
     uint64_t pad_before; /* zero bytes to write before it (first chunk of a tensor) */
 } gm_chunk;
 
@@ -374,7 +394,8 @@ int gm_stream_tensors(FILE *fp, const char *path, const gm_tensor_list *l, const
     for (int i = 0; i < n; i++) {
         const gm_tensor *t = &l->v[idx[i]];
         if (t->offset < pos) {
-            fprintf(stderr, "lockstep-gen-model: internal error: tensor '%s' placed before the end of the previous one\n",
+            fprintf(stderr,
+                    "lockstep-gen-model: internal error: tensor '%s' placed before the end of the previous one\n",
                     t->name);
             free(chunks);
             return -1;

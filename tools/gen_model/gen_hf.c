@@ -103,7 +103,7 @@ static void add_bf16_mat(gm_tensor_list *l, uint64_t seed, const char *name, int
     t->n_params = (uint64_t)(rows * cols);
     t->gen = GM_GEN_TAB16;
     t->seed = tensor_seed(seed, name);
-    t->tab16 = gm_tab_bf16_gauss(t->seed, 0.0, sigma);
+    t->tab16 = gm_tab_bf16_gauss(0.0, sigma);
 }
 
 static void add_bf16_vec(gm_tensor_list *l, uint64_t seed, const char *name, int64_t n, double mean, double sd) {
@@ -116,18 +116,35 @@ static void add_bf16_vec(gm_tensor_list *l, uint64_t seed, const char *name, int
     t->n_params = (uint64_t)n;
     t->gen = GM_GEN_TAB16;
     t->seed = tensor_seed(seed, name);
-    t->tab16 = sd > 0 ? gm_tab_bf16_gauss(t->seed, mean, sd) : gm_tab_bf16_const((float)mean);
+    t->tab16 = sd > 0 ? gm_tab_bf16_gauss(mean, sd) : gm_tab_bf16_const((float)mean);
 }
 
-/* Value choices (docs/large_models.md): linear weights sd 1/sqrt(in); token embedding sd
- * 0.03 (x sqrt(5376) = 73.5 gives an input RMS ~2.2, and logits of a few units through
- * the tied head); norm gains 1 +- 0.05; q/k norm gains 0.35 +- 0.02 so attention scores
- * are O(1) instead of O(sqrt(head_dim)) (a softmax that is not one-hot); layer_scalar 1. */
-#define EMBED_SD    0.03
-#define NORM_MEAN   1.0
-#define NORM_SD     0.05
-#define QK_NORM_MEAN 0.35
-#define QK_NORM_SD  0.02
+/* Value choices (docs/large_models.md), checked at full depth with `lockstep logits`:
+ *  - linear weights sd 1/sqrt(in); token embedding sd 0.03 (x sqrt(5376) = 73.5 at the
+ *    input: RMS ~2.2);
+ *  - pre-norm gains (input_layernorm, pre_feedforward_layernorm) 1 +- 0.05;
+ *  - post-block gains (post_attention_layernorm, post_feedforward_layernorm) 16 +- 0.8: each
+ *    block adds RMS ~16 to the residual, which at 60 layers (RMS ~175) drowns the token's
+ *    own embedding. With gains of 1 the residual stays dominated by it (RMS 2.2 vs ~11) and
+ *    the tied head scores the input token ~15 sd above every other one: the model just
+ *    repeats its input. (The test fixtures use larger post-norm gains for the same reason.)
+ *  - final norm 2 +- 0.1: logits of sd ~4.3, so the softcap (30) bends the largest ones;
+ *  - q/k norm gains 0.5 +- 0.025: attention scores of sd ~4 (sliding) / ~6 (full). With 0.35
+ *    (sd ~2, near-uniform attention) neighbouring positions' hidden states were so alike at
+ *    60 layers that consecutive logit rows correlated 0.6 and greedy decoding repeated one
+ *    token; with 1 (sd 16-23, near one-hot) they correlate 0.2-0.5, but such sharp attention
+ *    makes the net chaotic: on the Gemma 3 GGUF the equivalent setting let two correct
+ *    engines (llama.cpp, this one) agree on only 2 of 13 argmaxes. 0.5 gives 0.36-0.53;
+ *  - layer_scalar 1. */
+#define EMBED_SD        0.03
+#define NORM_MEAN       1.0
+#define NORM_SD         0.05
+#define POST_NORM_MEAN  16.0
+#define POST_NORM_SD    0.8
+#define FINAL_NORM_MEAN 2.0
+#define FINAL_NORM_SD   0.1
+#define QK_NORM_MEAN    0.5
+#define QK_NORM_SD      0.025
 
 static void build_qat(gm_tensor_list *l, const g4_geom *g, uint64_t seed) {
     int64_t H = g->hidden, I = g->inter;
@@ -149,13 +166,13 @@ static void build_qat(gm_tensor_list *l, const g4_geom *g, uint64_t seed) {
         add_mlx(l, seed, MOD("mlp.up_proj"), I, H, 8, 64, sd_h);
         add_mlx(l, seed, MOD("mlp.down_proj"), H, I, 8, 64, sd_i);
         add_bf16_vec(l, seed, MOD("input_layernorm.weight"), H, NORM_MEAN, NORM_SD);
-        add_bf16_vec(l, seed, MOD("post_attention_layernorm.weight"), H, NORM_MEAN, NORM_SD);
+        add_bf16_vec(l, seed, MOD("post_attention_layernorm.weight"), H, POST_NORM_MEAN, POST_NORM_SD);
         add_bf16_vec(l, seed, MOD("pre_feedforward_layernorm.weight"), H, NORM_MEAN, NORM_SD);
-        add_bf16_vec(l, seed, MOD("post_feedforward_layernorm.weight"), H, NORM_MEAN, NORM_SD);
+        add_bf16_vec(l, seed, MOD("post_feedforward_layernorm.weight"), H, POST_NORM_MEAN, POST_NORM_SD);
         add_bf16_vec(l, seed, MOD("layer_scalar"), 1, 1.0, 0);
 #undef MOD
     }
-    add_bf16_vec(l, seed, "model.norm.weight", H, NORM_MEAN, NORM_SD);
+    add_bf16_vec(l, seed, "model.norm.weight", H, FINAL_NORM_MEAN, FINAL_NORM_SD);
 }
 
 /* The assistant (gemma.md 5.2): no k/v projections (every layer reads the target's K/V). */
@@ -182,7 +199,7 @@ static void build_assistant(gm_tensor_list *l, const g4_geom *g, int backbone, u
         add_bf16_mat(l, seed, NAME("self_attn.q_proj.weight"), q, H, sd_h);
 #undef NAME
     }
-    add_bf16_vec(l, seed, "model.norm.weight", H, NORM_MEAN, NORM_SD);
+    add_bf16_vec(l, seed, "model.norm.weight", H, FINAL_NORM_MEAN, FINAL_NORM_SD);
     add_bf16_mat(l, seed, "post_projection.weight", backbone, H, sd_h);
     add_bf16_mat(l, seed, "pre_projection.weight", H, 2 * (int64_t)backbone, 1.0 / sqrt(2.0 * backbone));
 }
@@ -257,8 +274,7 @@ static st_shard *plan_shards(gm_tensor_list *l, uint64_t max_bytes, const char *
     return sh;
 }
 
-static int write_shard(const char *dir, const st_shard *f, const gm_buf *header, const gm_tensor_list *l,
-                       gm_opts *o) {
+static int write_shard(const char *dir, const st_shard *f, const gm_buf *header, const gm_tensor_list *l, gm_opts *o) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, f->name);
     FILE *fp = fopen(path, "wb");
@@ -290,11 +306,13 @@ static int write_index(const char *dir, const gm_tensor_list *l, const st_shard 
     }
     qsort(order, (size_t)l->n, sizeof *order, name_cmp);
     gm_buf b = {0};
-    gm_buf_printf(&b, "{\n    \"metadata\": {\n        \"total_size\": %llu,\n        \"total_parameters\": %llu\n    },\n",
+    gm_buf_printf(&b,
+                  "{\n    \"metadata\": {\n        \"total_size\": %llu,\n        \"total_parameters\": %llu\n    },\n",
                   (unsigned long long)total, (unsigned long long)params);
     gm_buf_printf(&b, "    \"weight_map\": {\n");
     for (int i = 0; i < l->n; i++)
-        gm_buf_printf(&b, "        \"%s\": \"%s\"%s\n", order[i]->name, sh[order[i]->file].name, i + 1 < l->n ? "," : "");
+        gm_buf_printf(&b, "        \"%s\": \"%s\"%s\n", order[i]->name, sh[order[i]->file].name,
+                      i + 1 < l->n ? "," : "");
     gm_buf_printf(&b, "    }\n}");
     free(order);
     int rc = b.oom ? -1 : gm_write_text_file(dir, "model.safetensors.index.json", b.p, b.len);
@@ -382,12 +400,14 @@ static void rope_json(gm_buf *b, const char *ind) {
 }
 
 static void quant_json(gm_buf *b, const char *key, const g4_geom *g) {
-    gm_buf_printf(b, "    \"%s\": {\n        \"group_size\": 64,\n        \"bits\": 4,\n        \"mode\": \"affine\"", key);
+    gm_buf_printf(b, "    \"%s\": {\n        \"group_size\": 64,\n        \"bits\": 4,\n        \"mode\": \"affine\"",
+                  key);
     static const char *mlp[3] = {"gate_proj", "down_proj", "up_proj"}; /* mlx-lm's order in the fixture */
     for (int i = 0; i < g->n_layers; i++)
         for (int k = 0; k < 3; k++)
-            gm_buf_printf(b, ",\n        \"model.layers.%d.mlp.%s\": {\n            \"group_size\": 64,\n"
-                             "            \"bits\": 8\n        }",
+            gm_buf_printf(b,
+                          ",\n        \"model.layers.%d.mlp.%s\": {\n            \"group_size\": 64,\n"
+                          "            \"bits\": 8\n        }",
                           i, mlp[k]);
     gm_buf_printf(b, "\n    },\n");
 }
@@ -573,8 +593,10 @@ int gm_kind_gemma4_qat(gm_args *a) {
     gm_tensor_list l = {0};
     build_qat(&l, &g, a->seed);
     finish_sizes(&l);
-    printf("gemma4-31b-qat: %d layers (%d full), hidden %d, vocab %d -> %s\n", g.n_layers,
-           (int)(g.n_layers / 6 + (g.n_layers % 6 ? 1 : 0)), g.hidden, g.vocab, a->out);
+    int n_full = 0;
+    for (int i = 0; i < g.n_layers; i++) n_full += !g.sliding[i];
+    printf("gemma4-31b-qat: %d layers (%d full attention), hidden %d, vocab %d -> %s\n", g.n_layers, n_full, g.hidden,
+           g.vocab, a->out);
     if (!a->dry_run && gm_mkdir_p(a->out) != 0) return 1;
     int rc = write_checkpoint(a, &l, "mlx", a->shard_bytes, true);
     if (rc == 0 && !a->dry_run) rc = write_qat_config(a->out, &g);

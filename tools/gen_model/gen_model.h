@@ -56,8 +56,6 @@ static inline double gm_uniform(gm_rng *r) {
 }
 
 uint64_t gm_hash_str(const char *s); /* FNV-1a 64, then mixed */
-/* Approximately standard normal (Irwin-Hall of 12 uniforms); table building only. */
-double gm_gauss(gm_rng *r);
 
 uint16_t gm_f32_to_bf16(float f); /* round to nearest even */
 float gm_bf16_to_f32(uint16_t b);
@@ -84,16 +82,16 @@ enum { GM_GGML_F32 = 0, GM_GGML_Q4_K = 12, GM_GGML_Q6_K = 14 };
 
 typedef struct {
     char name[GM_MAX_NAME];
-    int dtype;         /* gm_st_dtype (safetensors) or ggml type id (GGUF) */
-    int n_dims;        /* 1..2 */
-    int64_t shape[2];  /* row-major, outermost first: [rows, cols] or [n] */
-    uint64_t rows;     /* generation rows (1 for vectors) */
+    int dtype;        /* gm_st_dtype (safetensors) or ggml type id (GGUF) */
+    int n_dims;       /* 1..2 */
+    int64_t shape[2]; /* row-major, outermost first: [rows, cols] or [n] */
+    uint64_t rows;    /* generation rows (1 for vectors) */
     uint64_t row_bytes;
     uint64_t nbytes;   /* rows * row_bytes */
     uint64_t n_params; /* logical parameter count (unpacked) */
     gm_gen gen;
-    uint64_t seed; /* per-tensor stream */
-    uint16_t *tab16; /* GM_GEN_TAB16 [256]; Q4_K/Q6_K: f16 d values [256] (owned) */
+    uint64_t seed;   /* per-tensor stream */
+    uint16_t *tab16; /* GM_GEN_TAB16 [256]; Q4_K/Q6_K: f16 d [0..256), dmin = 8 d [256..512) (owned) */
     float *tab32;    /* GM_GEN_TAB32 [256] (owned) */
     /* placement, filled by the writers */
     int file;
@@ -108,21 +106,19 @@ typedef struct {
 gm_tensor *gm_tensor_add(gm_tensor_list *l);
 void gm_tensor_list_free(gm_tensor_list *l);
 
-/* Generate rows [r0, r0 + nr) of t into out (nr * row_bytes bytes). */
-void gm_generate(const gm_tensor *t, uint64_t r0, uint64_t nr, uint8_t *out);
-
 /* ---------------------------------------------------------------------------------------
  * Tables (values for TAB16/TAB32 and the K-quant super-block scales)
  * ------------------------------------------------------------------------------------- */
 
-/* 256 bf16 values ~ N(mean, sd^2). */
-uint16_t *gm_tab_bf16_gauss(uint64_t seed, double mean, double sd);
-/* 256 f32 values ~ N(mean, sd^2). */
-float *gm_tab_f32_gauss(uint64_t seed, double mean, double sd);
+/* 256 bf16 / f32 values: the 256 quantiles of N(mean, sd^2) (symmetric about mean). */
+uint16_t *gm_tab_bf16_gauss(double mean, double sd);
+float *gm_tab_f32_gauss(double mean, double sd);
 /* 256 bf16 values = v (constant). */
 uint16_t *gm_tab_bf16_const(float v);
 /* MLX affine scales: 256 bf16 values in base * [0.85, 1.15]; and the matching biases
- * -scale * 2^(bits-1) (exact: a power-of-two multiple of a bf16 value). */
+ * -scale * (2^bits - 1) / 2 rounded to bf16, so that w = scale * q + bias is centred for q
+ * uniform in [0, 2^bits - 1] (-scale * 2^(bits-1) would leave a mean of -scale / 2: for
+ * 4-bit weights 11% of their standard deviation, one direction shared by every row). */
 uint16_t *gm_tab_mlx_scales(uint64_t seed, double base);
 uint16_t *gm_tab_mlx_biases(const uint16_t *scales, int bits);
 /* 256 f16 super-block scales d in base * [0.85, 1.15]. */
@@ -177,7 +173,7 @@ typedef struct {
     uint64_t seed;
     uint64_t shard_bytes; /* safetensors shard limit */
     bool dry_run;
-    bool rope_scaling; /* GGUF: write gemma3.rope.scaling.* (linear 8) */
+    bool rope_scaling; /* GGUF: write gemma3.rope.scaling.* (linear 8); off by default */
     gm_opts io;
 } gm_args;
 
