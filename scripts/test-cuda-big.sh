@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Large geometries on the GPU (docs/large_models.md, docs/cuda.md 5): writes random-weight
+# checkpoints of Gemma 4 31B (QAT layout) + its assistant and of Gemma 3 27B Q4_K_M with
+# lockstep-gen-model, then checks exactness where the original bug showed (head dim 512,
+# k_eq_v, 8-bit MLP dispatch) and measures decode against the memory roofline.
+#
+#   bash scripts/test-cuda-big.sh [--dir /tmp/big] [--layers 12] [--full] [--like TEMPLATE.gguf]
+#
+# Needs build/cuda/lockstep and build/cuda/lockstep-gen-model (cmake --preset cuda). --full
+# also writes and benchmarks the whole 60-layer 31B (27.7 GB) and the 62-layer 27B GGUF.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+DIR=/tmp/big
+LAYERS=12
+FULL=0
+LIKE=${LOCKSTEP_MODEL:-$HOME/.cache/lockstep/gemma-3-270m-q4_k_m.gguf}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) DIR=$2; shift 2 ;;
+    --layers) LAYERS=$2; shift 2 ;;
+    --full) FULL=1; shift ;;
+    --like) LIKE=$2; shift 2 ;;
+    *) echo "usage: $0 [--dir D] [--layers N] [--full] [--like GGUF]"; exit 2 ;;
+  esac
+done
+if [ -d .gpu/debs ] && [ ! -d .gpu/root ]; then for f in .gpu/debs/*.deb; do dpkg -x "$f" .gpu/root; done; fi
+[ -d .gpu/root ] && export LD_LIBRARY_PATH="$ROOT/.gpu/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+CLI=$ROOT/build/cuda/lockstep
+GEN=$ROOT/build/cuda/lockstep-gen-model
+export LOCKSTEP_PROBE_CACHE=0
+mkdir -p "$DIR"
+ROWS=()
+FAIL=0
+row() { ROWS+=("$(printf '%-50s %s' "$1" "$2")"); echo "== $1: $2"; }
+check() {
+  local name=$1; shift
+  if "$@" >"$DIR/out" 2>&1; then row "$name" PASS; else row "$name" FAIL; FAIL=1; tail -5 "$DIR/out"; fi
+}
+kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2"; }
+
+# copy bandwidth of this GPU, measured now (the roofline's denominator)
+BW=$(python3 - <<'PY' 2>/dev/null
+import torch
+x = torch.empty(2 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+torch.cuda.synchronize(); s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+s.record()
+for _ in range(10): y.copy_(x)
+e.record(); torch.cuda.synchronize()
+print(f"{2 * x.numel() * 10 / (s.elapsed_time(e) / 1e3) / 1e9:.0f}")
+PY
+)
+row "device-to-device copy GB/s (read+write)" "${BW:-?}"
+
+T=$DIR/g4-31b-L$LAYERS
+A=$DIR/g4-31b-assistant
+t0=$(date +%s)
+[ -f "$T/config.json" ] || "$GEN" --kind gemma4-31b-qat "$T" --layers "$LAYERS" >/dev/null
+[ -f "$A/config.json" ] || "$GEN" --kind gemma4-31b-assistant "$A" >/dev/null
+row "wrote 31B-geometry L$LAYERS + assistant" "$(( $(date +%s) - t0 )) s, $(du -sh "$T" | cut -f1)"
+
+# exactness at the geometry that showed the bug
+probe_k() { local k; for k in "$@"; do "$CLI" probe --device cuda -m "$T" --draft-block-size "$k" || return 1; done; }
+check "probe 31B-geometry L$LAYERS, K=2,4,8,16" probe_k 2 4 8 16
+spec_same() {
+  local t
+  for t in 0 0.8; do
+    "$CLI" run --device cuda -m "$T" -c 2048 -f bench/prompts/edit_code.txt -n 64 --temp $t --seed 5 --ignore-eos >"$DIR/plain" 2>/dev/null || return 1
+    "$CLI" run --device cuda -m "$T" -c 2048 -f bench/prompts/edit_code.txt -n 64 --temp $t --seed 5 --ignore-eos \
+      --model-draft "$A" --draft-block-size 4 --stats >"$DIR/spec" 2>"$DIR/spec.err" || { cat "$DIR/spec.err"; return 1; }
+    cmp -s "$DIR/plain" "$DIR/spec" || { echo "T=$t differs"; return 1; }
+  done
+  grep "lockstep stats" "$DIR/spec.err" | tail -1
+}
+check "run --draft assistant == plain (31B geom, T 0/0.8)" spec_same
+grep -o "speculative=[^ ]*\|acceptance_rate=[^ ]*\|verify_ms=[^ ]*\|draft_ms=[^ ]*" "$DIR/spec.err" 2>/dev/null | tr '\n' ' '; echo
+
+# decode, verify block, prefill at this depth
+"$CLI" bench --device cuda -m "$T" -p 512 -n 64 -r 2 --verify 4 >"$DIR/b" 2>/dev/null
+row "31B L$LAYERS decode tok/s, weight GB/s" "$(kv decode_tok_s "$DIR/b") tok/s, $(kv decode_weight_gb_s "$DIR/b") GB/s of ${BW:-?}"
+row "31B L$LAYERS verify(4) / one-token step" "$(kv verify4_ms "$DIR/b") ms / $(kv step_ms "$DIR/b") ms = $(kv verify_over_step "$DIR/b")x"
+row "31B L$LAYERS prefill tok/s (512)" "$(kv prefill_tok_s "$DIR/b")"
+
+# the server on the GPU: one seeded request alone == with 15 others in flight
+check "serve --parallel 16: alone == batched (no drafter)" python3 tests/server/check_concurrent_exact.py \
+  --lockstep "$CLI" --model "$T" --n 16 --tokens 64 -- --device cuda -c 2048
+check "serve --parallel 16: alone == batched (assistant)" python3 tests/server/check_concurrent_exact.py \
+  --lockstep "$CLI" --model "$T" --n 16 --tokens 64 -- --device cuda -c 2048 --model-draft "$A" --draft-block-size 4
+
+if [ $FULL = 1 ]; then
+  F=$DIR/g4-31b-full
+  t0=$(date +%s)
+  [ -f "$F/config.json" ] || "$GEN" --kind gemma4-31b-qat "$F" >/dev/null
+  row "wrote 31B-geometry full (60 layers)" "$(( $(date +%s) - t0 )) s, $(du -sh "$F" | cut -f1)"
+  "$CLI" bench --device cuda -m "$F" -p 128 -n 32 -r 2 --verify 4 >"$DIR/bf" 2>"$DIR/bf.err" || tail -3 "$DIR/bf.err"
+  row "31B full decode tok/s, weight GB/s" "$(kv decode_tok_s "$DIR/bf") tok/s, $(kv decode_weight_gb_s "$DIR/bf") GB/s of ${BW:-?}"
+  row "31B full verify(4) / one-token step" "$(kv verify4_ms "$DIR/bf") ms / $(kv step_ms "$DIR/bf") ms = $(kv verify_over_step "$DIR/bf")x"
+  rm -rf "$F"
+  if [ -f "$LIKE" ]; then
+    G3=$DIR/g3-27b.gguf
+    "$GEN" --kind gemma3-27b-q4km "$G3" --like "$LIKE" >/dev/null
+    "$CLI" bench --device cuda -m "$G3" -p 512 -n 32 -r 2 >"$DIR/b3" 2>"$DIR/b3.err" || tail -3 "$DIR/b3.err"
+    row "Gemma 3 27B Q4_K_M pp512 / tg tok/s" "$(kv prefill_tok_s "$DIR/b3") / $(kv decode_tok_s "$DIR/b3") ($(kv decode_weight_gb_s "$DIR/b3") GB/s)"
+  fi
+fi
+
+echo
+echo "==================== lockstep CUDA large-geometry summary ===================="
+for r in "${ROWS[@]}"; do echo "$r"; done
+exit $FAIL
