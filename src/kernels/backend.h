@@ -54,6 +54,10 @@ typedef struct {
     bool in_backend;
 } ls_weight;
 
+/* 0 when an LS_TYPE_MLX_AFFINE weight has a supported layout (bits 2-6 or 8, group 32/64/128,
+ * f32/f16/bf16 scales, cols a multiple of the group, row_bytes = cols * bits / 8), else -1. */
+int ls_mlx_affine_check(const ls_weight *w);
+
 /* Attention over a chronological KV cache. Keys/values are float16 (or f32 when kv_f32),
  * slot s holding the absolute position first_pos + s; each slot has n_kv heads of hd
  * elements. Query row i (absolute position q_pos[i]) reduces over exactly the keys it may

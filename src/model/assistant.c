@@ -19,7 +19,7 @@
 #include "core/f16.h"
 #include "format/hf_config.h"
 #include "format/safetensors.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backend.h"
 
 typedef struct {
     bool sliding;

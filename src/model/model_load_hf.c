@@ -14,7 +14,7 @@
 
 #include "format/hf_config.h"
 #include "format/safetensors.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 
 #define ERRF(...) snprintf(L->err, L->errlen, __VA_ARGS__)

@@ -146,7 +146,6 @@ ls_tile_fn ls_tile_avx2_get(ls_type wt);
  * 32/64/128 dividing cols; row_bytes == cols * bits / 8; scales/biases f32, f16 or bf16;
  * non-NULL pointers), -1 otherwise. Loaders call it; matmul, dequantize, get_rows and
  * dot assert it (a bad weight there is a programming error). */
-int ls_mlx_affine_check(const ls_weight *w);
 /* q of element c of a packed row (reference unpacker). */
 uint32_t ls_mlx_affine_unpack(const uint8_t *row, int32_t bits, int64_t c);
 /* dst[c] = scale * q + bias for row `row` (cols floats). */
