@@ -142,10 +142,8 @@ ls_tile_fn ls_tile_avx2_get(ls_type wt);
  *       ls_dot_f32).
  * Lane j is one AVX2 lane; the scalar code emulates the eight lanes. */
 
-/* 0 if w is a well-formed MLX affine weight this code supports (bits 2,3,4,5,6,8; group
- * 32/64/128 dividing cols; row_bytes == cols * bits / 8; scales/biases f32, f16 or bf16;
- * non-NULL pointers), -1 otherwise. Loaders call it; matmul, dequantize, get_rows and
- * dot assert it (a bad weight there is a programming error). */
+/* (ls_mlx_affine_check, backend.h, validates a weight's layout; matmul, dequantize, get_rows
+ * and dot assert it: a bad weight there is a programming error.) */
 /* q of element c of a packed row (reference unpacker). */
 uint32_t ls_mlx_affine_unpack(const uint8_t *row, int32_t bits, int64_t c);
 /* dst[c] = scale * q + bias for row `row` (cols floats). */
