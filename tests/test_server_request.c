@@ -110,6 +110,138 @@ static void test_tokenize_parsers(void **state) {
     assert_string_equal(e.param, "tokens");
 }
 
+/* Like expect_error, with an explicit length (0: strlen; for bodies with raw NUL bytes) and
+ * a check that the message contains `needle`. */
+static void expect_error_n(lsr_kind k, const char *json, size_t len, const char *param, const char *needle) {
+    lsr_request r;
+    lsr_error e;
+    assert_int_equal(lsr_parse(k, json, len ? len : strlen(json), &r, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, param);
+    assert_non_null(strstr(e.message, needle));
+}
+
+/* cJSON keeps C strings, so a NUL (escaped \u0000 or a raw byte) would silently truncate the
+ * value: every body that contains one is refused, naming the field. */
+static void test_nul_refused(void **state) {
+    (void)state;
+    lsr_tokenize t;
+    lsr_detokenize d;
+    lsr_error e;
+    const char *a = "{\"content\":\"a\\u0000b c\"}";
+    assert_int_equal(lsr_parse_tokenize(a, strlen(a), &t, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "content");
+    assert_non_null(strstr(e.message, "U+0000"));
+    assert_null(t.content);
+    /* An escaped backslash followed by "u0000" is six ordinary characters. */
+    const char *b = "{\"content\":\"a\\\\u0000b\"}";
+    assert_int_equal(lsr_parse_tokenize(b, strlen(b), &t, &e), 0);
+    assert_string_equal(t.content, "a\\u0000b");
+    lsr_tokenize_free(&t);
+    /* ... but an escaped backslash followed by an escaped NUL is refused. */
+    const char *c = "{\"content\":\"a\\\\\\u0000\"}";
+    assert_int_equal(lsr_parse_tokenize(c, strlen(c), &t, &e), -1);
+    assert_string_equal(e.param, "content");
+    /* Anywhere in the body, unknown fields and keys included. */
+    const char *f = "{\"tokens\":[1],\"x\":{\"y\":[\"\",\"\\u0000\"]}}";
+    assert_int_equal(lsr_parse_detokenize(f, strlen(f), &d, &e), -1);
+    assert_string_equal(e.param, "x.y[1]");
+    assert_null(d.tokens);
+    const char *g = "{\"tokens\\u0000x\":[1]}";
+    assert_int_equal(lsr_parse_detokenize(g, strlen(g), &d, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "U+0000"));
+    expect_error_n(LSR_CHAT,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":[{"
+                   "\"type\":\"text\",\"text\":\"x\\u0000\"}]}]}",
+                   0, "messages[1].content[0].text", "U+0000");
+    expect_error_n(LSR_COMPLETION, "{\"prompt\":\"ok\",\"stop\":[\"\\u0000\"]}", 0, "stop[0]", "U+0000");
+    expect_error_n(LSR_COMPLETION, "{\"model\":\"m\\u0000\",\"prompt\":\"x\"}", 0, "model", "U+0000");
+    /* A raw NUL byte inside a string is refused the same way. */
+    static const char raw[] = "{\"prompt\":\"a\0b\"}";
+    expect_error_n(LSR_COMPLETION, raw, sizeof raw - 1, "prompt", "U+0000");
+}
+
+/* Duplicate keys: the last one wins (like Python, JavaScript and llama-server). */
+static void test_duplicate_keys_last_wins(void **state) {
+    (void)state;
+    lsr_request r;
+    lsr_error e;
+    const char *a = "{\"messages\":[{\"role\":\"tool\",\"role\":\"user\",\"content\":5,\"content\":\"x\"}],"
+                    "\"max_tokens\":4,\"max_tokens\":7,\"stream\":\"no\",\"stream\":true}";
+    assert_int_equal(parse(LSR_CHAT, a, &r, &e), 0);
+    assert_int_equal(r.max_tokens, 7);
+    assert_string_equal(r.messages[0].role, "user");
+    assert_string_equal(r.messages[0].content, "x");
+    assert_true(r.stream);
+    lsr_request_free(&r);
+    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"messages\":5}", 400, "messages");
+    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":4,\"max_tokens\":0}",
+                 400, "max_tokens");
+    /* Text parts: validated and joined from the same (last) "text". */
+    const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":5,\"text\":\"ok\"}]}]}";
+    assert_int_equal(parse(LSR_CHAT, b, &r, &e), 0);
+    assert_string_equal(r.messages[0].content, "ok");
+    lsr_request_free(&r);
+    expect_error(LSR_CHAT,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"ok\",\"text\":5}]}]}",
+                 400, "messages[0].content");
+    lsr_tokenize t;
+    const char *c = "{\"content\":\"first\",\"content\":\"second\"}";
+    assert_int_equal(lsr_parse_tokenize(c, strlen(c), &t, &e), 0);
+    assert_string_equal(t.content, "second");
+    lsr_tokenize_free(&t);
+    lsr_detokenize d;
+    const char *f = "{\"tokens\":[1,2],\"tokens\":\"x\"}";
+    assert_int_equal(lsr_parse_detokenize(f, strlen(f), &d, &e), -1);
+    assert_string_equal(e.param, "tokens");
+}
+
+/* content: null is only accepted on assistant messages (as empty). */
+static void test_null_content(void **state) {
+    (void)state;
+    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":null}]}", 400, "messages[0].content");
+    expect_error(LSR_CHAT,
+                 "{\"messages\":[{\"role\":\"system\",\"content\":null},{\"role\":\"user\",\"content\":\"x\"}]}", 400,
+                 "messages[0].content");
+    lsr_request r;
+    lsr_error e;
+    const char *a = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null},"
+                    "{\"role\":\"user\",\"content\":\"y\"}]}";
+    assert_int_equal(parse(LSR_CHAT, a, &r, &e), 0);
+    assert_string_equal(r.messages[1].content, "");
+    lsr_request_free(&r);
+}
+
+/* Too deep a body names the nesting limit, not a byte offset. */
+static void test_nesting_limit(void **state) {
+    (void)state;
+    enum { DEEP = 10000 };
+    static char buf[2 * DEEP + 64];
+    size_t n = 0;
+    n += (size_t)snprintf(buf, sizeof buf, "{\"messages\":");
+    for (int i = 0; i < DEEP; i++) buf[n++] = '[';
+    for (int i = 0; i < DEEP; i++) buf[n++] = ']';
+    buf[n++] = '}';
+    expect_error_n(LSR_CHAT, buf, n, "", "nested deeper than");
+    lsr_tokenize t;
+    lsr_error e;
+    assert_int_equal(lsr_parse_tokenize(buf, n, &t, &e), -1);
+    assert_non_null(strstr(e.message, "nested deeper than"));
+    /* Brackets inside a string do not count; this one is merely truncated. */
+    n = (size_t)snprintf(buf, sizeof buf, "{\"content\":\"");
+    for (int i = 0; i < DEEP; i++) buf[n++] = '[';
+    expect_error_n(LSR_CHAT, buf, n, "", "malformed JSON");
+    /* Depth within the limit is fine. */
+    n = (size_t)snprintf(buf, sizeof buf, "{\"content\":\"x\",\"y\":");
+    for (int i = 0; i < 100; i++) buf[n++] = '[';
+    for (int i = 0; i < 100; i++) buf[n++] = ']';
+    buf[n++] = '}';
+    assert_int_equal(lsr_parse_tokenize(buf, n, &t, &e), 0);
+    lsr_tokenize_free(&t);
+}
+
 /* Feed `chunks` one by one; return what was released (sent) and whether a stop hit. */
 static void run_stop(const char *const *chunks, int n, char *const *stops, int n_stop, char *out, bool *hit) {
     lss_stopbuf b;
@@ -174,6 +306,10 @@ int main(void) {
         cmocka_unit_test(test_valid_chat),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_tokenize_parsers),
+        cmocka_unit_test(test_nul_refused),
+        cmocka_unit_test(test_duplicate_keys_last_wins),
+        cmocka_unit_test(test_null_content),
+        cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_stop_across_chunks),
         cmocka_unit_test(test_stop_holds_back_only_prefixes),
     };

@@ -54,8 +54,20 @@ bool lsr_utf8_valid(const char *str, size_t len) {
 
 /* ---- typed field readers: 0 ok (or absent / null: *present false), -1 error ---------- */
 
+/* The LAST member named `name` (case-sensitive), or NULL: with duplicate keys the last one
+ * wins, like Python, JavaScript and llama-server (cJSON's own lookup returns the first). Every
+ * lookup in this file goes through it. */
+static cJSON *member(const cJSON *obj, const char *name) {
+    cJSON *found = NULL, *c;
+    if (!cJSON_IsObject(obj)) return NULL;
+    cJSON_ArrayForEach(c, obj) {
+        if (c->string && strcmp(c->string, name) == 0) found = c;
+    }
+    return found;
+}
+
 static cJSON *field(const cJSON *obj, const char *name) {
-    cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
+    cJSON *f = member(obj, name);
     return (f && !cJSON_IsNull(f)) ? f : NULL;
 }
 
@@ -105,6 +117,125 @@ static int dup_string(const cJSON *f, const char *param, char **out, lsr_error *
     return 0;
 }
 
+/* ---- raw-body checks (the body is valid JSON when check_nul runs) --------------------- */
+
+/* After a failed parse: did the body open more than CJSON_NESTING_LIMIT arrays/objects
+ * before the failure offset? (cJSON then fails at the first bracket past the limit.) Brackets
+ * inside strings do not count; the text before `off` is valid JSON so far. */
+static bool nested_too_deep(const char *json, size_t len, size_t off) {
+    long depth = 0;
+    bool in_str = false;
+    size_t stop = off < len ? off + 1 : len;
+    for (size_t i = 0; i < stop; i++) {
+        char ch = json[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = false;
+        } else if (ch == '"') {
+            in_str = true;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > CJSON_NESTING_LIMIT) return true;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        }
+    }
+    return false;
+}
+
+/* Does the string token starting after the quote at json[i] hold a NUL (escaped \u0000 or a
+ * raw byte)? Sets *close to the index of the closing quote. */
+static bool string_has_nul(const char *json, size_t len, size_t i, size_t *close) {
+    bool nul = false;
+    size_t j = i + 1;
+    while (j < len && json[j] != '"') {
+        if (json[j] == '\0') nul = true;
+        if (json[j] == '\\') {
+            if (j + 5 < len && json[j + 1] == 'u' && memcmp(json + j + 2, "0000", 4) == 0) nul = true;
+            j++; /* skip the escaped character (a \uXXXX's hex digits are plain characters) */
+        }
+        j++;
+    }
+    *close = j;
+    return nul;
+}
+
+/* cJSON stores C strings, so a NUL inside a string (escaped \u0000, or a raw byte) would
+ * silently truncate it: refuse the body, naming the field (a path like
+ * "messages[1].content[0].text"). Runs on the raw text of a body cJSON accepted. */
+enum { NUL_PATH_DEPTH = 16 };
+static int check_nul(const char *json, size_t len, lsr_error *err) {
+    bool any = false; /* fast path: no candidate at all */
+    for (size_t i = 0; i < len && !any; i++)
+        any = json[i] == '\0' ||
+              (json[i] == '\\' && i + 5 < len && json[i + 1] == 'u' && memcmp(json + i + 2, "0000", 4) == 0);
+    if (!any) return 0;
+    struct {
+        bool obj;
+        int index;
+        size_t key, key_len; /* the current key's raw text (object) */
+    } st[NUL_PATH_DEPTH];
+    int depth = 0; /* containers open; only the first NUL_PATH_DEPTH are named */
+    bool want_key = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = json[i];
+        if (ch == '{' || ch == '[') {
+            if (depth < NUL_PATH_DEPTH) {
+                st[depth].obj = ch == '{';
+                st[depth].index = 0;
+                st[depth].key = st[depth].key_len = 0;
+            }
+            depth++;
+            want_key = ch == '{';
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+            want_key = false;
+        } else if (ch == ',') {
+            if (depth > 0 && depth <= NUL_PATH_DEPTH) {
+                if (st[depth - 1].obj)
+                    want_key = true;
+                else
+                    st[depth - 1].index++;
+            }
+        } else if (ch == ':') {
+            want_key = false;
+        } else if (ch == '"') {
+            size_t close;
+            bool nul = string_has_nul(json, len, i, &close);
+            bool is_key = want_key && depth > 0 && depth <= NUL_PATH_DEPTH && st[depth - 1].obj;
+            if (is_key) {
+                st[depth - 1].key = i + 1;
+                st[depth - 1].key_len = close - (i + 1);
+            }
+            if (nul) {
+                char path[sizeof err->param];
+                size_t n = 0;
+                int named = depth < NUL_PATH_DEPTH ? depth : NUL_PATH_DEPTH;
+                for (int k = 0; k < named && n < sizeof path - 1; k++) {
+                    int w;
+                    if (st[k].obj)
+                        w = snprintf(path + n, sizeof path - n, "%s%.*s", k ? "." : "", (int)st[k].key_len,
+                                     json + st[k].key);
+                    else
+                        w = snprintf(path + n, sizeof path - n, "[%d]", st[k].index);
+                    if (w < 0) break;
+                    n += (size_t)w;
+                    if (n >= sizeof path) n = sizeof path - 1;
+                }
+                path[n] = 0;
+                /* A key's raw text may hold the NUL itself (or bytes that are not UTF-8):
+                 * keep the path printable. */
+                for (size_t k = 0; k < n; k++)
+                    if ((unsigned char)path[k] < 0x20 || (unsigned char)path[k] >= 0x7f) path[k] = '?';
+                return lsr_fail(err, 400, path, "invalid_value", "'%s': strings must not contain U+0000", path);
+            }
+            i = close;
+        }
+    }
+    return 0;
+}
+
 static int parse_root(const char *json, size_t len, cJSON **root, lsr_error *err) {
     *root = NULL;
     if (len == 0) return lsr_fail(err, 400, NULL, "invalid_json", "empty request body; expected a JSON object");
@@ -112,6 +243,8 @@ static int parse_root(const char *json, size_t len, cJSON **root, lsr_error *err
     cJSON *r = cJSON_ParseWithLengthOpts(json, len, &end, false);
     if (!r) {
         size_t off = end && end >= json ? (size_t)(end - json) : 0;
+        if (nested_too_deep(json, len, off))
+            return lsr_fail(err, 400, NULL, "invalid_json", "JSON nested deeper than %d levels", CJSON_NESTING_LIMIT);
         return lsr_fail(err, 400, NULL, "invalid_json", "malformed JSON near byte %zu", off);
     }
     /* Only whitespace may follow the value. */
@@ -126,11 +259,16 @@ static int parse_root(const char *json, size_t len, cJSON **root, lsr_error *err
         cJSON_Delete(r);
         return lsr_fail(err, 400, NULL, "invalid_json", "the request body must be a JSON object");
     }
+    if (check_nul(json, (size_t)(end - json), err) != 0) {
+        cJSON_Delete(r);
+        return -1;
+    }
     *root = r;
     return 0;
 }
 
-/* Message content: a string, or an array of {"type": "text", "text": string} parts (joined). */
+/* Message content: a string, or an array of {"type": "text", "text": string} parts (joined).
+ * Absent or null (only allowed on assistant messages; the caller checks): "". */
 static int parse_content(const cJSON *c, const char *param, char **out, lsr_error *err) {
     if (!c || cJSON_IsNull(c)) {
         *out = strdup("");
@@ -142,8 +280,8 @@ static int parse_content(const cJSON *c, const char *param, char **out, lsr_erro
     size_t total = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        const cJSON *type = member(part, "type");
+        const cJSON *text = member(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
             !cJSON_IsString(text))
             return lsr_fail(err, 400, param, "invalid_value",
@@ -156,7 +294,7 @@ static int parse_content(const cJSON *c, const char *param, char **out, lsr_erro
     if (!buf) return lsr_fail(err, 500, param, NULL, "out of memory");
     size_t n = 0;
     cJSON_ArrayForEach(part, c) {
-        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        const char *t = member(part, "text")->valuestring;
         size_t k = strlen(t);
         memcpy(buf + n, t, k);
         n += k;
@@ -186,7 +324,7 @@ static int parse_messages(const cJSON *root, lsr_request *r, lsr_error *err) {
         char param[64];
         snprintf(param, sizeof param, "messages[%d]", i);
         if (!cJSON_IsObject(m)) return lsr_fail(err, 400, param, "invalid_type", "'%s' must be an object", param);
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *role = member(m, "role");
         snprintf(param, sizeof param, "messages[%d].role", i);
         if (!cJSON_IsString(role)) return lsr_fail(err, 400, param, "invalid_type", "'%s' must be a string", param);
         const char *rs = role->valuestring;
@@ -200,9 +338,15 @@ static int parse_messages(const cJSON *root, lsr_request *r, lsr_error *err) {
         r->messages[i].role = canon; /* static string */
         snprintf(param, sizeof param, "messages[%d].content", i);
         char *content = NULL;
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!c && strcmp(canon, "assistant") != 0)
-            return lsr_fail(err, 400, param, "missing_required_parameter", "'%s' is required", param);
+        const cJSON *c = member(m, "content");
+        bool assistant = strcmp(rs, "assistant") == 0;
+        if (!c && !assistant) return lsr_fail(err, 400, param, "missing_required_parameter", "'%s' is required", param);
+        /* Like OpenAI: null content is for assistant messages only (as "" here). */
+        if (cJSON_IsNull(c) && !assistant)
+            return lsr_fail(err, 400, param, "invalid_type",
+                            "'%s' must be a string or an array of text parts (null is only allowed on assistant "
+                            "messages)",
+                            param);
         if (parse_content(c, param, &content, err) != 0) return -1;
         r->messages[i].content = content;
         r->n_messages = ++i;

@@ -2,7 +2,11 @@
  * struct, or an OpenAI-style error (HTTP status, message, param, code). Pure functions (no
  * model, no I/O, no globals besides cJSON's allocator), so they can be fuzzed
  * (tests/fuzz/fuzz_request.c). Checks that need the model (prompt length against the
- * context, token ids against the vocabulary) are done by the server afterwards. */
+ * context, token ids against the vocabulary) are done by the server afterwards.
+ *
+ * Every parser here: duplicate keys, the last one wins; a NUL in any string or key (escaped
+ * \u0000 or a raw byte) is a 400 naming the field; nesting past cJSON's limit is a 400
+ * saying so. */
 #ifndef LS_SERVER_REQUEST_H
 #define LS_SERVER_REQUEST_H
 
