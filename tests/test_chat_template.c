@@ -109,8 +109,13 @@ static void test_errors(void **st) {
     expect_error(NULL, 0, "no messages");
     ls_chat_msg one[] = {{"user", "hi"}};
     expect_error(one, 0, "no messages");
+    /* only a system message: rendered as the system text folded into an empty user turn */
     ls_chat_msg only_system[] = {{"system", "be nice"}};
-    expect_error(only_system, 1, "needs a following user message");
+    char e0[256];
+    char *r0 = ls_chat_render_gemma3(only_system, 1, true, e0, sizeof e0);
+    assert_non_null(r0);
+    assert_string_equal(r0, "<bos><start_of_turn>user\nbe nice\n\n<end_of_turn>\n<start_of_turn>model\n");
+    free(r0);
     ls_chat_msg two_users[] = {{"user", "a"}, {"user", "b"}};
     expect_error(two_users, 2, "alternate");
     ls_chat_msg model_first[] = {{"system", "s"}, {"assistant", "a"}};

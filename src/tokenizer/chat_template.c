@@ -136,13 +136,16 @@ char *ls_chat_render_gemma3(const ls_chat_msg *msgs, int n, bool add_generation_
             return NULL;
         }
     }
-    if (first == n) {
-        chat_err(err, errlen, "chat: a system message needs a following user message to be folded into");
-        return NULL;
-    }
-
     chat_sb b = {0};
     sb_puts(&b, "<bos>");
+    if (first == n) {
+        /* Only a system message (OpenAI accepts it). Gemma 3 has no system turn: the template
+         * folds the system text into the first user turn, so render it as the template renders
+         * the system message followed by an empty user message. */
+        sb_puts(&b, "<start_of_turn>user\n");
+        sb_puts(&b, msgs[0].content);
+        sb_puts(&b, "\n\n<end_of_turn>\n");
+    }
     for (int i = first; i < n; i++) {
         bool user = parse_role(msgs[i].role) == ROLE_USER;
         sb_puts(&b, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
