@@ -176,7 +176,8 @@ def ngram_server():
 
 @pytest.fixture(scope="module")
 def key_server():
-    s = Server("--parallel", "1", "-t", "1", "--api-key", "s3cret")
+    # --shutdown-timeout 2: test_sigterm_cancels_and_exits_zero's stream is cut after 2 s
+    s = Server("--parallel", "1", "-t", "1", "--api-key", "s3cret", "--shutdown-timeout", "2")
     yield s
     s.stop()
     os.unlink(s.log.name)
@@ -417,6 +418,16 @@ def test_disconnect_during_prefill_frees_slot():
 
 # ---- stop sequences ----------------------------------------------------------------------
 
+def test_nul_in_strings_refused():
+    # U+0000 would be truncated by a C-string parser: refused everywhere with a 400 naming the field
+    for path, body in [("/v1/completions", {"prompt": "a\u0000b", "max_tokens": 1}),
+                       ("/tokenize", {"content": "a\u0000b c d e"}),
+                       ("/v1/completions", {"prompt": "ab", "max_tokens": 1, "stop": ["x\u0000"]})]:
+        st, _, j = post(path, body)
+        assert_error(st, j, 400)
+        assert "U+0000" in j["error"]["message"], (path, j)
+
+
 def test_stop_sequences_across_tokens():
     body = {"prompt": STORY, "max_tokens": 24, "temperature": 0, "seed": 1}
     full, _ = completion_text(URL, body)
@@ -424,7 +435,7 @@ def test_stop_sequences_across_tokens():
     # a stop string that starts mid-text and (almost surely) spans a token boundary
     stop = full[6:11]
     want = full[:full.index(stop)]
-    text, r = completion_text(URL, dict(body, stop=[stop, "\u0000never"]))
+    text, r = completion_text(URL, dict(body, stop=[stop, "\u0001never"]))
     assert text == want and r["choices"][0]["finish_reason"] == "stop"
     st, ev, _ = sse_events(URL, "/v1/completions", dict(body, stop=stop, stream=True))
     assert "".join(o["choices"][0]["text"] for o in ev[:-1] if o["choices"]) == want
@@ -747,3 +758,5 @@ def test_sigterm_cancels_and_exits_zero(key_server):
         pass
     s.close()
     assert "shutting down" in key_server.logtext()
+    # Graceful: the running stream ends (after the 2 s grace) with a final chunk and [DONE].
+    assert b'"finish_reason":"length"' in buf + rest and b"data: [DONE]" in buf + rest, (buf + rest)[-500:]

@@ -1,8 +1,11 @@
 /* lockstep serve: an OpenAI-compatible HTTP server (see README "Server"). Start-up order:
  * listen first (so /health answers 503 while loading), load the model, create every slot's
  * session up front, run the exactness probe when a drafter is configured, then serve until
- * SIGINT/SIGTERM: stop accepting, cancel in-flight generations, exit 0. */
+ * SIGINT/SIGTERM: a graceful drain (new requests and queued ones get 503, running generations
+ * get up to --shutdown-timeout seconds, then end with finish_reason "length"; every response
+ * is completed before the HTTP daemon stops), exit 0. A second signal exits at once. */
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@ static void serve_usage(FILE *f) {
     fprintf(f, "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N] [-b N]\n"
                "                      [--api-key KEY] [--draft ngram|model|assistant] [--model-draft PATH]\n"
                "                      [--draft-block-size K] [--allow-inexact] [--timeout S] [--alias NAME]\n"
+               "                      [--queue-timeout S] [--shutdown-timeout S]\n"
                "  Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
                "             GET /v1/models, /health, /metrics.\n"
                "  --parallel N   slots (sequences decoded concurrently, each with its own KV cache); default 1;\n"
@@ -26,7 +30,12 @@ static void serve_usage(FILE *f) {
                "  -b N           prompt chunk: most prompt tokens of one request per step (default 64),\n"
                "                 so a long prompt does not stall the other streams\n"
                "  --port 0       picks a free port (printed on stderr)\n"
-               "  --timeout S    idle connection timeout and per-request generation limit (default 600)\n"
+               "  --timeout S    idle connection timeout, and the longest a generation may run, counted from\n"
+               "                 its start (then finish_reason \"length\"); default 600\n"
+               "  --queue-timeout S  a request still waiting for a slot after S seconds gets 503 (default 600)\n"
+               "  --shutdown-timeout S  on SIGTERM/SIGINT: stop accepting, answer queued requests 503, let\n"
+               "                 running generations go on for up to S seconds (default 10), then end them\n"
+               "                 with finish_reason \"length\" and exit 0; a second signal exits at once\n"
                "  --api-key KEY  require 'Authorization: Bearer KEY' (not for /health)\n");
 }
 
@@ -39,7 +48,20 @@ static void on_signal(int sig) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    enum { O_HOST = 256, O_PORT, O_PAR, O_KEY, O_DRAFT, O_MDRAFT, O_DBS, O_INEXACT, O_TIMEOUT, O_ALIAS };
+    enum {
+        O_HOST = 256,
+        O_PORT,
+        O_PAR,
+        O_KEY,
+        O_DRAFT,
+        O_MDRAFT,
+        O_DBS,
+        O_INEXACT,
+        O_TIMEOUT,
+        O_ALIAS,
+        O_QTIMEOUT,
+        O_STIMEOUT
+    };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"host", required_argument, 0, O_HOST},
                                          {"port", required_argument, 0, O_PORT},
@@ -54,6 +76,8 @@ int cmd_serve(int argc, char **argv) {
                                          {"allow-inexact", no_argument, 0, O_INEXACT},
                                          {"timeout", required_argument, 0, O_TIMEOUT},
                                          {"alias", required_argument, 0, O_ALIAS},
+                                         {"queue-timeout", required_argument, 0, O_QTIMEOUT},
+                                         {"shutdown-timeout", required_argument, 0, O_STIMEOUT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     static srv_server S; /* reachable from every MHD/worker thread for the process lifetime */
@@ -65,6 +89,8 @@ int cmd_serve(int argc, char **argv) {
     cfg->n_batch = 64;
     cfg->block_size = 4;
     cfg->timeout_s = 600;
+    cfg->queue_timeout_s = 600;
+    cfg->shutdown_timeout_s = 10;
     const char *ai = getenv("LOCKSTEP_ALLOW_INEXACT");
     cfg->allow_inexact = ai && *ai && strcmp(ai, "0") != 0;
     int32_t v;
@@ -90,6 +116,10 @@ int cmd_serve(int argc, char **argv) {
         case O_INEXACT: cfg->allow_inexact = true; break;
         case O_TIMEOUT: ok = cli_parse_i32("--timeout", optarg, 1, 86400, &v), cfg->timeout_s = v; break;
         case O_ALIAS: cfg->alias = optarg; break;
+        case O_QTIMEOUT: ok = cli_parse_i32("--queue-timeout", optarg, 1, 86400, &v), cfg->queue_timeout_s = v; break;
+        case O_STIMEOUT:
+            ok = cli_parse_i32("--shutdown-timeout", optarg, 0, 86400, &v), cfg->shutdown_timeout_s = v;
+            break;
         case 'h': serve_usage(stdout); return CLI_OK;
         default: serve_usage(stderr); return CLI_USAGE;
         }
@@ -167,14 +197,52 @@ int cmd_serve(int argc, char **argv) {
             "speculation=%s%s%s\n",
             cfg->host, srv_http_port(), s->model_id, s->n_slots, cfg->n_threads, s->n_ctx, ls_model_device(s->model),
             ls_device_name_of(ls_model_device(s->model)), s->spec_state, *s->spec_detail ? ": " : "", s->spec_detail);
+    /* Serve: wait for a signal, expiring queued requests past --queue-timeout meanwhile. */
     unsigned char sig = 0;
-    while (read(g_sig_pipe[0], &sig, 1) != 1) {}
-    fprintf(stderr, "lockstep serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    for (;;) {
+        struct pollfd pfd = {.fd = g_sig_pipe[0], .events = POLLIN};
+        if (poll(&pfd, 1, 200) > 0 && read(g_sig_pipe[0], &sig, 1) == 1) break;
+        srv_queue_expire(s, false);
+    }
+    fprintf(stderr, "lockstep serve: %s received, shutting down (up to %d s for running requests; again to exit now)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", cfg->shutdown_timeout_s);
+    /* Graceful drain: new requests get 503 (`stopping`), queued ones 503 now, running ones
+     * go on until done or the grace period ends (then `abort_gen` ends them at their next
+     * token with finish_reason "length"); then wait (bounded) until every response is sent. */
+    atomic_store(&s->stopping, true);
+    atomic_store(&s->ready, false);
+    int n_queued = srv_queue_expire(s, true);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->cv); /* idle workers exit */
+    pthread_mutex_unlock(&s->mu);
+    double grace_end = srv_now_ms() + 1e3 * cfg->shutdown_timeout_s;
+    bool aborted = false;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int busy = s->active + s->qlen, conns = s->http_active;
+        pthread_mutex_unlock(&s->mu);
+        if (!busy && !conns) break;
+        double now = srv_now_ms();
+        if (!aborted && now >= grace_end) {
+            fprintf(stderr, "lockstep serve: grace period over, ending %d running generation(s)\n", busy);
+            atomic_store(&s->abort_gen, true);
+            aborted = true;
+        }
+        if (aborted && now >= grace_end + 750) break; /* a client that does not read: give up */
+        struct pollfd pfd = {.fd = g_sig_pipe[0], .events = POLLIN};
+        if (poll(&pfd, 1, 20) > 0 && read(g_sig_pipe[0], &sig, 1) == 1) {
+            fprintf(stderr, "lockstep serve: second signal, exiting now\n");
+            _exit(128 + sig);
+        }
+    }
+    fprintf(stderr, "lockstep serve: drained (%d queued request(s) answered 503%s), exiting\n", n_queued,
+            aborted ? ", running ones cut at the grace period" : "");
     rc = CLI_OK;
 out:
-    /* Stop accepting, cancel what runs (the text callbacks see `stopping`), let the
+    /* Stop accepting, end what still runs (the text callbacks see `abort_gen`), let the
      * connections finish their responses, then join the workers. */
     atomic_store(&s->stopping, true);
+    atomic_store(&s->abort_gen, true);
     atomic_store(&s->ready, false);
     srv_http_quiesce(s);
     pthread_mutex_lock(&s->mu);

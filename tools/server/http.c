@@ -472,6 +472,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        /* Graceful shutdown (cmd_serve.c) waits for in-progress responses: counted until
+         * on_completed, i.e. until MHD has sent the whole response. */
+        pthread_mutex_lock(&s->mu);
+        s->http_active++;
+        pthread_mutex_unlock(&s->mu);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > BODY_LIMIT) {
             cc->too_large = true;
@@ -551,12 +556,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    srv_server *s = cls;
     conn_ctx *cc = *con_cls;
     if (cc) {
         free(cc->body);
         free(cc);
         *con_cls = NULL;
+        /* See on_request: one response fewer in progress (graceful shutdown). */
+        pthread_mutex_lock(&s->mu);
+        s->http_active--;
+        pthread_mutex_unlock(&s->mu);
     }
 }
 

@@ -16,6 +16,8 @@
 typedef struct srv_config {
     const char *model_path, *host, *api_key, *draft_kind, *draft_path, *alias;
     int port, parallel, n_ctx, n_threads, n_batch, block_size, timeout_s, queue_cap;
+    int queue_timeout_s;    /* a request still queued after this long gets 503 */
+    int shutdown_timeout_s; /* SIGTERM/SIGINT: grace for running generations */
     bool allow_inexact;
 } srv_config;
 
@@ -32,7 +34,8 @@ typedef struct srv_job {
     char id[64];
     long long created;
     int fd;             /* client socket, for disconnect checks (-1 unknown) */
-    double deadline_ms; /* monotonic; generation stops (finish "length") past it */
+    double deadline_ms; /* monotonic; generation stops (finish "length") past it (set when it starts) */
+    double queued_ms;   /* monotonic time of srv_submit (for --queue-timeout) */
     /* results */
     lss_stopbuf text;
     char *out; /* streaming: SSE bytes not yet read by the connection */
@@ -66,12 +69,15 @@ typedef struct srv_server {
     srv_slot *slots;
     int n_slots;
     ls_batcher *batcher; /* every slot's forwards run in its shared steps */
-    atomic_bool ready, stopping;
+    /* stopping: no new requests (shutdown began); abort_gen: end running generations now
+     * (they finish with finish_reason "length", streams with a final chunk and [DONE]). */
+    atomic_bool ready, stopping, abort_gen;
     /* queue + metrics, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     srv_job *qhead, *qtail;
     int qlen, active;
+    int http_active; /* HTTP requests whose response is not complete yet (http.c) */
     unsigned long long req_by_status[600];
     unsigned long long prompt_tokens, prompt_tokens_cached, generated_tokens, cancelled, spec_requests, spec_rounds,
         spec_drafted, spec_accepted, spec_declined;
@@ -85,6 +91,9 @@ typedef struct srv_server {
 /* slots.c */
 int srv_slots_start(srv_server *s, char *err, size_t errlen);
 void srv_slots_stop(srv_server *s); /* after `stopping` is set: drains the queue, joins */
+/* Answers queued requests with 503 and removes them from the queue: those queued longer than
+ * --queue-timeout, or all of them when `all` (shutdown). Returns how many. */
+int srv_queue_expire(srv_server *s, bool all);
 void srv_warmup_probe(srv_server *s);
 srv_job *srv_job_new(void);
 void srv_job_release(srv_job *j);

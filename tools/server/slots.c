@@ -142,6 +142,7 @@ int srv_submit(srv_server *s, srv_job *j) {
     }
     pthread_mutex_lock(&j->mu);
     j->refs++;
+    j->queued_ms = srv_now_ms();
     pthread_mutex_unlock(&j->mu);
     j->next = NULL;
     if (s->qtail)
@@ -153,6 +154,64 @@ int srv_submit(srv_server *s, srv_job *j) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+/* A streaming job's error event (OpenAI-style error object; caller holds j->mu). */
+static void stream_error(srv_job *j, const char *code) {
+    cJSON *e = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(e, "error");
+    cJSON_AddStringToObject(eo, "message", j->errmsg);
+    cJSON_AddStringToObject(eo, "type", j->status >= 500 ? "server_error" : "invalid_request_error");
+    cJSON_AddNullToObject(eo, "param");
+    if (code)
+        cJSON_AddStringToObject(eo, "code", code);
+    else
+        cJSON_AddNullToObject(eo, "code");
+    srv_job_out_json(j, e);
+}
+
+int srv_queue_expire(srv_server *s, bool all) {
+    double now = srv_now_ms(), limit = 1e3 * s->cfg.queue_timeout_s;
+    srv_job *expired = NULL, **tail = &expired;
+    pthread_mutex_lock(&s->mu);
+    srv_job *prev = NULL;
+    for (srv_job *j = s->qhead, *next; j; j = next) {
+        next = j->next;
+        /* queued_ms is written once, under s->mu (srv_submit), before the job is linked. */
+        if (!all && now - j->queued_ms < limit) {
+            prev = j;
+            continue;
+        }
+        if (prev)
+            prev->next = next;
+        else
+            s->qhead = next;
+        if (s->qtail == j) s->qtail = prev;
+        s->qlen--;
+        j->next = NULL;
+        *tail = j;
+        tail = &j->next;
+    }
+    pthread_mutex_unlock(&s->mu);
+    int n = 0;
+    for (srv_job *j = expired, *next; j; j = next, n++) {
+        next = j->next;
+        pthread_mutex_lock(&j->mu);
+        j->status = 503;
+        snprintf(j->errmsg, sizeof j->errmsg, "%s",
+                 all ? "the server is shutting down"
+                     : "the request waited in the queue longer than --queue-timeout; retry later");
+        j->finish_reason = "length";
+        if (j->req.stream) {
+            /* Headers (and for chat the role chunk) may be out: an error event, then [DONE]. */
+            stream_error(j, all ? "shutting_down" : "queue_timeout");
+            srv_job_out(j, "data: [DONE]\n\n", 14);
+        }
+        j->done = true;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        srv_job_release(j); /* the worker's reference */
+    }
+    return n;
 }
 
 typedef struct {
@@ -173,7 +232,7 @@ static bool on_text(const char *text, size_t len, void *ud) {
     gen_ctx *g = ud;
     srv_job *j = g->j;
     pthread_mutex_lock(&j->mu);
-    bool go = !j->cancel && !atomic_load(&g->s->stopping);
+    bool go = !j->cancel && !atomic_load(&g->s->abort_gen);
     if (go && srv_now_ms() > j->deadline_ms) {
         j->timed_out = true;
         go = false;
@@ -201,7 +260,7 @@ static bool on_text(const char *text, size_t len, void *ud) {
 static bool job_cancelled(void *ud) {
     gen_ctx *g = ud;
     pthread_mutex_lock(&g->j->mu);
-    bool c = g->j->cancel || atomic_load(&g->s->stopping);
+    bool c = g->j->cancel || atomic_load(&g->s->abort_gen);
     pthread_mutex_unlock(&g->j->mu);
     return c;
 }
@@ -243,7 +302,10 @@ static void run_job(srv_slot *slot, srv_job *j) {
     char err[512] = "";
     int rc = LS_OK;
     pthread_mutex_lock(&j->mu);
+    /* Not started yet and shutting down: 503, like the queued requests (srv_queue_expire). */
     bool skip = j->cancel || atomic_load(&s->stopping);
+    /* --timeout counts from the start of generation, not from the time queued. */
+    j->deadline_ms = srv_now_ms() + 1e3 * s->cfg.timeout_s;
     pthread_mutex_unlock(&j->mu);
     if (skip) {
         rc = LS_ERR;
@@ -260,7 +322,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
     /* Server counters first, so /metrics already includes this request when its client has
      * the response (lock order: s->mu is never taken while holding a job's mutex). */
     pthread_mutex_lock(&j->mu);
-    bool cancelled = j->cancel || atomic_load(&s->stopping);
+    bool cancelled = j->cancel || atomic_load(&s->abort_gen);
     pthread_mutex_unlock(&j->mu);
     pthread_mutex_lock(&s->mu);
     s->prompt_tokens += (unsigned long long)st.n_prompt;
@@ -296,12 +358,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
     if (j->req.stream) {
         /* What the stop buffer held back, then the final chunk(s) and [DONE]. */
         if (j->status) {
-            cJSON *e = cJSON_CreateObject(), *eo = cJSON_AddObjectToObject(e, "error");
-            cJSON_AddStringToObject(eo, "message", j->errmsg);
-            cJSON_AddStringToObject(eo, "type", "server_error");
-            cJSON_AddNullToObject(eo, "param");
-            cJSON_AddNullToObject(eo, "code");
-            srv_job_out_json(j, e);
+            stream_error(j, NULL);
         } else {
             cJSON *fin = srv_chunk(s, j, NULL, 0, j->finish_reason, false);
             cJSON_AddItemToObject(fin, "timings", srv_timings_json(&st));
