@@ -188,6 +188,8 @@ def key_server():
 def test_health_and_models():
     st, _, h = get("/health")
     assert st == 200 and h["status"] == "ok"
+    st, _, body = request("HEAD", URL + "/health")
+    assert st == 200 and body == "", (st, body)
     assert h["backend"] and h["model"] and h["slots"]["total"] == 4
     assert h["speculation"]["state"] == "off" and h["speculation"]["drafter"] == "none"
     models = client().models.list()
@@ -681,8 +683,10 @@ def test_api_key(key_server):
     for bad in ("Bearer s3cre", "Bearer s3cret2", "s3cret", "Bearer S3CRET", "Basic s3cret"):
         st, _, body = get("/v1/models", base=base, headers={"Authorization": bad})
         assert_error(st, body, 401)
-    st, _, body = get("/v1/models", base=base, headers={"Authorization": "Bearer s3cret"})
-    assert st == 200 and body["object"] == "list"
+    # the scheme is case-insensitive (RFC 9110), the key is not
+    for good in ("Bearer s3cret", "bearer s3cret", "BEARER  s3cret"):
+        st, _, body = get("/v1/models", base=base, headers={"Authorization": good})
+        assert st == 200 and body["object"] == "list", good
     with pytest.raises(openai.AuthenticationError):
         client(base, key="wrong").completions.create(model="x", prompt="a", max_tokens=1)
     r = client(base, key="s3cret").completions.create(model="x", prompt=STORY, max_tokens=2)

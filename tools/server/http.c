@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -100,14 +101,16 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-/* Constant-time check of "Authorization: Bearer KEY". */
+/* Constant-time check of "Authorization: Bearer KEY" (the scheme is case-insensitive, RFC 9110
+ * 11.1; spaces before the key are skipped). */
 static bool authorized(srv_server *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *key = s->cfg.api_key;
     size_t kn = strlen(key);
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     h += 7;
+    while (*h == ' ') h++;
     size_t hn = strlen(h);
     unsigned char diff = (unsigned char)(hn != kn);
     for (size_t i = 0; i < kn; i++) diff |= (unsigned char)(key[i] ^ (i < hn ? h[i] : 0));
@@ -515,7 +518,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) {
-        if (!get) return send_error(s, c, 405, "use GET for /health", NULL, "method_not_allowed");
+        /* HEAD too (load balancers probe with it); libmicrohttpd sends the headers only */
+        if (!get && strcmp(method, "HEAD") != 0)
+            return send_error(s, c, 405, "use GET for /health", NULL, "method_not_allowed");
         return handle_health(s, c);
     }
     static const struct {
