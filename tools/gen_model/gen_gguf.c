@@ -1,4 +1,4 @@
-/* lockstep-gen-model: a Gemma 3 27B-geometry Q4_K_M GGUF (../shared/specs/gguf.md).
+/* lockstep-gen-model: a Gemma 3 27B-geometry Q4_K_M GGUF (docs/gguf.md).
  *
  * Metadata: every key/value of the template GGUF (the default Gemma 3 270M Q4_K_M) copied
  * byte for byte, in order, tokenizer arrays included, except the geometry keys, which are

@@ -7,7 +7,7 @@
  *   gemma4-31b-assistant  the bf16 Gemma 4 assistant (MTP drafter) of the 31B.
  *
  * Templates: tests/data/hf/gemma4_dense_mlx_q4_mlp8 and tests/data/hf/gemma4_dense_assistant
- * (same config keys and tensor names, real sizes from ../shared/specs/gemma.md 1, 2, 5). */
+ * (same config keys and tensor names, real sizes from docs/gemma.md 1, 2, 5). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
