@@ -420,6 +420,26 @@ def test_disconnect_during_prefill_frees_slot():
 
 # ---- stop sequences ----------------------------------------------------------------------
 
+def test_idle_connections_do_not_lock_out():
+    # 500 sockets that each send one byte and then nothing (bounded, loopback only): /health
+    # and a normal request must still be answered at once (the cap was 64 + 4 per slot)
+    u = urlparse(URL)
+    socks = []
+    try:
+        for _ in range(500):
+            k = socket.create_connection((u.hostname, u.port), timeout=10)
+            k.sendall(b"P")
+            socks.append(k)
+        t0 = time.time()
+        assert get("/health", timeout=10)[0] == 200
+        assert time.time() - t0 < 1.0, time.time() - t0
+        text, _ = completion_text(URL, {"prompt": STORY, "max_tokens": 2, "temperature": 0})
+        assert time.time() - t0 < 10
+    finally:
+        for k in socks:
+            k.close()
+
+
 def test_nul_in_strings_refused():
     # U+0000 would be truncated by a C-string parser: refused everywhere with a 400 naming the field
     for path, body in [("/v1/completions", {"prompt": "a\u0000b", "max_tokens": 1}),

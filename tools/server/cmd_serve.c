@@ -19,7 +19,7 @@ static void serve_usage(FILE *f) {
     fprintf(f, "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N] [-b N]\n"
                "                      [--api-key KEY] [--draft ngram|model|assistant] [--model-draft PATH]\n"
                "                      [--draft-block-size K] [--allow-inexact] [--timeout S] [--alias NAME]\n"
-               "                      [--queue-timeout S] [--shutdown-timeout S]\n"
+               "                      [--queue-timeout S] [--shutdown-timeout S] [--header-timeout S]\n"
                "  Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
                "             GET /v1/models, /health, /metrics.\n"
                "  --parallel N   slots (sequences decoded concurrently, each with its own KV cache); default 1;\n"
@@ -30,8 +30,10 @@ static void serve_usage(FILE *f) {
                "  -b N           prompt chunk: most prompt tokens of one request per step (default 64),\n"
                "                 so a long prompt does not stall the other streams\n"
                "  --port 0       picks a free port (printed on stderr)\n"
-               "  --timeout S    idle connection timeout, and the longest a generation may run, counted from\n"
-               "                 its start (then finish_reason \"length\"); default 600\n"
+               "  --timeout S    the longest a generation may run, counted from its start (then\n"
+               "                 finish_reason \"length\"), and the idle limit once a request is in; default 600\n"
+               "  --header-timeout S  a connection must send its whole request within S seconds of going\n"
+               "                 quiet, or it is closed (default 10): idle sockets cannot hold the server\n"
                "  --queue-timeout S  a request still waiting for a slot after S seconds gets 503 (default 600)\n"
                "  --shutdown-timeout S  on SIGTERM/SIGINT: stop accepting, answer queued requests 503, let\n"
                "                 running generations go on for up to S seconds (default 10), then end them\n"
@@ -60,7 +62,8 @@ int cmd_serve(int argc, char **argv) {
         O_TIMEOUT,
         O_ALIAS,
         O_QTIMEOUT,
-        O_STIMEOUT
+        O_STIMEOUT,
+        O_HTIMEOUT
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"host", required_argument, 0, O_HOST},
@@ -78,6 +81,7 @@ int cmd_serve(int argc, char **argv) {
                                          {"alias", required_argument, 0, O_ALIAS},
                                          {"queue-timeout", required_argument, 0, O_QTIMEOUT},
                                          {"shutdown-timeout", required_argument, 0, O_STIMEOUT},
+                                         {"header-timeout", required_argument, 0, O_HTIMEOUT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     static srv_server S; /* reachable from every MHD/worker thread for the process lifetime */
@@ -91,6 +95,7 @@ int cmd_serve(int argc, char **argv) {
     cfg->timeout_s = 600;
     cfg->queue_timeout_s = 600;
     cfg->shutdown_timeout_s = 10;
+    cfg->header_timeout_s = 10;
     const char *ai = getenv("LOCKSTEP_ALLOW_INEXACT");
     cfg->allow_inexact = ai && *ai && strcmp(ai, "0") != 0;
     int32_t v;
@@ -117,6 +122,7 @@ int cmd_serve(int argc, char **argv) {
         case O_TIMEOUT: ok = cli_parse_i32("--timeout", optarg, 1, 86400, &v), cfg->timeout_s = v; break;
         case O_ALIAS: cfg->alias = optarg; break;
         case O_QTIMEOUT: ok = cli_parse_i32("--queue-timeout", optarg, 1, 86400, &v), cfg->queue_timeout_s = v; break;
+        case O_HTIMEOUT: ok = cli_parse_i32("--header-timeout", optarg, 1, 86400, &v), cfg->header_timeout_s = v; break;
         case O_STIMEOUT:
             ok = cli_parse_i32("--shutdown-timeout", optarg, 0, 86400, &v), cfg->shutdown_timeout_s = v;
             break;

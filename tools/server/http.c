@@ -17,6 +17,9 @@
 #include "server.h"
 
 enum { BODY_LIMIT = 8 << 20 };
+/* Connections held at once (plus 4 per slot). Far above the worker count so that idle or slow
+ * clients cannot lock others out: each must deliver its request within --header-timeout. */
+enum { LS_SRV_MAX_CONNECTIONS = 1024 };
 
 static struct MHD_Daemon *g_daemon;
 static MHD_socket g_listen_fd = MHD_INVALID_SOCKET;
@@ -512,6 +515,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (cc->too_large) return send_error(s, c, 413, "request body too large (limit 8 MiB)", NULL, "request_too_large");
+    /* The whole request is in: from now on the connection may stay quiet as long as a
+     * generation may run (--timeout); until now it had --header-timeout (daemon default), so
+     * idle or slow clients cannot hold connections for long. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.timeout_s);
     if (!cc->body) {
         cc->body = calloc(1, 1);
         if (!cc->body) return MHD_NO;
@@ -587,10 +594,11 @@ int srv_http_start(srv_server *s, char *err, size_t errlen) {
         return -1;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    g_daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.timeout_s,
-                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)(64 + 4 * s->cfg.parallel),
-                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    g_daemon =
+        MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                         (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.header_timeout_s,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(LS_SRV_MAX_CONNECTIONS + 4 * s->cfg.parallel),
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     if (!g_daemon) {
         snprintf(err, errlen, "cannot listen on %s:%d (port in use?)", s->cfg.host, s->cfg.port);
         return -1;
