@@ -5,7 +5,8 @@
  * Objects and lifetimes:
  *   ls_model    immutable weights (mmapped) + tokenizer + config, shared by sessions;
  *   ls_session  one sequence: KV cache, position, scratch buffers, a thread pool;
- *   ls_sampler  sampling settings; token choice is a pure function of (logits row, history,
+ *   ls_session  runs on a device ("cpu" or "cuda": ls_model_set_device, --device);
+ *   ls_sampling sampling settings; token choice is a pure function of (logits row, history,
  *               seed, absolute position), so any decoding schedule picks the same tokens.
  * Errors: functions return 0 (LS_OK) or a negative code, and write a message into the
  * caller's err buffer. Nothing here exits or aborts on bad input. */

@@ -39,5 +39,9 @@ for f in "$CORPUS"/*; do
   if [ "$rc" -eq 1 ] && ! grep -q "cannot load model" "$TMPDIR/err.txt"; then echo "FAIL: $f: no message"; fail=1; fi
   n=$((n+1))
 done
+# an empty or missing corpus would make the loop above check nothing
+if [ "$n" -lt 5 ] || [ ! -e "$CORPUS/$(ls "$CORPUS" 2>/dev/null | head -1)" ]; then
+  echo "FAIL: only $n files in the GGUF corpus $CORPUS"; fail=1
+fi
 [ $fail -eq 0 ] && echo "PASS: CLI errors ($n malformed model files rejected cleanly)"
 exit $fail

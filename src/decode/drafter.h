@@ -15,8 +15,9 @@
 
 typedef struct {
     const char *name;
-    /* Propose up to max tokens after hist[0..n); returns the count (0..max). pos_seed lets a
-     * drafter reuse the target's position-keyed sampling to raise acceptance. */
+    /* Propose up to max tokens after hist[0..n); returns the count (0..max). sp is the
+     * target's sampling (greedy: temperature 0): a drafter that picks its tokens with the
+     * target's position-keyed sampler raises acceptance. */
     int32_t (*propose)(ls_drafter *d, ls_session *target, const int32_t *hist, int32_t n, int32_t max,
                        const ls_sampling *sp, bool greedy, int32_t *out);
     /* History is now hist[0..n): forget anything beyond. */

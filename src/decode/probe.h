@@ -39,8 +39,9 @@ typedef struct {
  * (passed or not; see res), an error code if it could not (e.g. out of memory). */
 int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *res, char *err, size_t errlen);
 
-/* Memoized per (model, drafter, K, threads, backend): the probe runs once per process for
- * each combination. Uses the session's model and thread count. */
+/* Memoized per (model, device kind, drafter, K, threads): the probe runs once per process for
+ * each combination, on the session's device; passing verdicts are also kept on disk keyed on
+ * the build identity (ls_build_id) and the device name (probe.c). */
 void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size, ls_probe_result *res);
 
 /* Test-only: inject a fault into every probe that ls_probe_run_cached runs from now on

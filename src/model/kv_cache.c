@@ -14,10 +14,6 @@ uint64_t ls_kv_bytes_t(int32_t cap, int32_t row, bool f32) {
     return 2ull * (uint64_t)cap * (uint64_t)row * (f32 ? sizeof(float) : sizeof(uint16_t));
 }
 
-uint64_t ls_kv_bytes(int32_t cap, int32_t row) {
-    return ls_kv_bytes_t(cap, row, false);
-}
-
 int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window) {
     return ls_kv_init_t(c, cap, row, window, false);
 }

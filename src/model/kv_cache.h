@@ -28,8 +28,7 @@ typedef struct {
     int32_t n;         /* filled slots: positions [first_pos, first_pos + n) */
 } ls_kv_layer;
 
-/* Bytes ls_kv_init will allocate for this geometry (f16; ls_kv_bytes_t for either type). */
-uint64_t ls_kv_bytes(int32_t cap, int32_t row);
+/* Bytes ls_kv_init_t / ls_kv_init_be will allocate for this geometry. */
 uint64_t ls_kv_bytes_t(int32_t cap, int32_t row, bool f32);
 /* An f16 cache (ls_kv_init_t: f16 or f32). */
 int ls_kv_init(ls_kv_layer *c, int32_t cap, int32_t row, int32_t window);
