@@ -266,14 +266,17 @@ void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int ns
     for (int j = 0; j < nseg; j++) {
         off[j] = n;
         LS_ASSERT(n + segs[j].n <= ws->cap);
-        for (int32_t r = 0; r < segs[j].n; r++) ws->h_positions[n + r] = segs[j].s->pos + r;
-        op->upload(be, ws->tokens + n, segs[j].tokens, sizeof(int32_t) * (size_t)segs[j].n);
+        for (int32_t r = 0; r < segs[j].n; r++) {
+            ws->h_ids[n + r] = segs[j].tokens[r];
+            ws->h_ids[ws->cap + n + r] = segs[j].s->pos + r;
+        }
         n += segs[j].n;
         hooks |= segs[j].s->fault_on || segs[j].s->capture;
         if (segs[j].logits && segs[j].logits_from < segs[j].n)
             n_logit_rows += segs[j].n - (segs[j].logits_from < 0 ? 0 : segs[j].logits_from);
     }
-    op->upload(be, ws->positions, ws->h_positions, sizeof(int32_t) * (size_t)n);
+    /* tokens and positions in one upload (one wait on device backends, whatever nseg) */
+    op->upload(be, ws->tokens, ws->h_ids, sizeof(int32_t) * (size_t)(ws->cap + n));
     /* One step = one recorded launch sequence where the backend records them (CUDA graphs):
      * not when the probe hooks or MoE routing read values back mid-step. */
     bool captured = op->step_begin && !hooks && cfg->n_expert == 0;

@@ -44,7 +44,7 @@ typedef struct {
     float *gate;        /* [cap][n_ff] */
     float *up;          /* [cap][n_ff] */
     int32_t *positions; /* [cap] */
-    int32_t *tokens;    /* [cap] */
+    int32_t *tokens;    /* [cap], followed by positions in the same buffer */
     /* Per-layer embeddings (PLE models): inputs and token part [cap][n_layer * ple_dim],
      * one layer's slice [cap][ple_dim]. */
     float *ple, *ple_tok, *ple_tmp;
@@ -55,7 +55,8 @@ typedef struct {
     int32_t *moe_src; /* one expert's rows */
     /* Host side: positions, router scores/choices/weights, one expert's row lists and
      * weights, and a probe capture buffer [cap][n_embd]. */
-    int32_t *h_positions, *h_moe_idx, *h_moe_src;
+    int32_t *h_ids; /* host staging of tokens [cap] then positions [cap] */
+    int32_t *h_moe_idx, *h_moe_src;
     float *h_moe_scores, *h_moe_w, *h_moe_wsel, *h_capture;
     /* Logits of a multi-segment step, copied out to each segment afterwards (one LM-head
      * matmul for every row of the step): [logit_cap][n_vocab]; 0 rows for a session's own. */

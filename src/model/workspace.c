@@ -71,8 +71,8 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
     BALLOC(ws->att, w.att);
     BALLOC(ws->gate, w.gate);
     BALLOC(ws->up, w.up);
-    BALLOC(ws->positions, 1);
-    BALLOC(ws->tokens, 1);
+    /* token ids [cap] then positions [cap], one buffer: a step uploads both at once */
+    BALLOC(ws->tokens, 2);
     BALLOC(ws->ple, w.ple);
     BALLOC(ws->ple_tok, w.ple_tok);
     BALLOC(ws->ple_tmp, w.ple_tmp);
@@ -82,7 +82,7 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
     BALLOC(ws->moe_acc, w.moe_acc);
     BALLOC(ws->moe_w, w.moe_w);
     BALLOC(ws->moe_src, w.moe_rows);
-    HALLOC(ws->h_positions, 1);
+    HALLOC(ws->h_ids, 2);
     HALLOC(ws->h_moe_scores, w.moe_scores);
     HALLOC(ws->h_moe_w, w.moe_w);
     HALLOC(ws->h_moe_idx, w.moe_idx);
@@ -97,6 +97,7 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
         ls_workspace_free(ws);
         return -1;
     }
+    ws->positions = ws->tokens + rows;
     ws->cap = rows;
     ws->logit_cap = logit_rows;
     return 0;
@@ -105,13 +106,13 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
 void ls_workspace_free(ls_workspace *ws) {
     ls_backend *be = ws->be;
     if (be) {
-        void *bufs[] = {ws->x,      ws->xn,         ws->tmp,       ws->q,       ws->k,       ws->v,       ws->att,
-                        ws->gate,   ws->up,         ws->positions, ws->tokens,  ws->ple,     ws->ple_tok, ws->ple_tmp,
-                        ws->logits, ws->moe_scores, ws->moe_in,    ws->moe_out, ws->moe_acc, ws->moe_w,   ws->moe_src};
+        void *bufs[] = {ws->x,          ws->xn,     ws->tmp,     ws->q,       ws->k,       ws->v,       ws->att,
+                        ws->gate,       ws->up,     ws->tokens,  ws->ple,     ws->ple_tok, ws->ple_tmp, ws->logits,
+                        ws->moe_scores, ws->moe_in, ws->moe_out, ws->moe_acc, ws->moe_w,   ws->moe_src};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) be->ops->release(be, bufs[i]);
     }
-    free(ws->h_positions);
+    free(ws->h_ids);
     free(ws->h_moe_scores);
     free(ws->h_moe_w);
     free(ws->h_moe_idx);
