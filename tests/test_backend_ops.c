@@ -20,6 +20,8 @@
  *      tolerances, and why, are in the TOL_* table below.
  *  (c) with a second kind: its 1-row results against the first kind's ("cpu"), within the
  *      sum of both kinds' tolerances (exact ops: bit for bit).
+ *  (d) fused ops (rmsnorm_to, add_rmsnorm, norm_rope, kv_store2): bit for bit the unfused op
+ *      sequence they replace, on the same kind, besides (a) (see "fused ops" below).
  *
  * Error units: "relL2" = ||got - ref|| / ||ref|| per row (||got|| when the reference row is
  * zero); "ulp" = max |got - ref| / (FLT_EPSILON * max(|ref|, magnitude of the op's
@@ -1681,6 +1683,338 @@ static void test_scatter_add(void **state) {
     }
 }
 
+/* ---- fused ops: bitwise equal to their unfused sequences ---------------------------------------
+ * backend.h promises that every fused op computes exactly the bits of the op sequence it
+ * replaces, on every backend: model code switches between the two forms (gemma_forward.c uses
+ * the unfused one around the probe hooks) and the logits must not notice. So no tolerance
+ * here, and no reference of their own: the unfused ops are the reference (their accuracy and
+ * invariance are tested above). Per case and kind:
+ *  (b) the unfused sequence over all 64 rows (first instance) == the fused op called one row
+ *      at a time (second instance), memcmp, for every output buffer; inputs left untouched;
+ *  (a) the fused op over m = 1..64 rows at the start and at the end == its 1-row results,
+ *      rows outside the call and guard bytes after every buffer untouched.
+ * Buffers are rows of rowb bytes: FB_IN must stay as it was, FB_INOUT / FB_OUT are compared,
+ * FB_SCRATCH (add_rmsnorm's t) is unspecified inside the call's rows. */
+
+enum { FB_MAX = 4 };
+typedef enum { FB_IN, FB_INOUT, FB_OUT, FB_SCRATCH } fb_role;
+
+typedef struct fcase fcase;
+/* Runs the op (fused or unfused) over m rows; buf[i] points at the first row of buffer i. */
+typedef void (*fcase_fn)(const fcase *c, tdev *d, ls_backend *be, void *const *buf, const int32_t *pos, int64_t m);
+
+struct fcase {
+    const char *op;
+    char label[128];
+    int nbuf;
+    size_t rowb[FB_MAX];
+    fb_role role[FB_MAX];
+    const void *init[FB_MAX]; /* [NR] rows; NULL: the sentinel (FB_OUT) */
+    const char *name[FB_MAX];
+    const int32_t *pos; /* [NR] (norm_rope) */
+    const float *w1, *w2;
+    float eps, s, theta, fscale;
+    int32_t n_heads, hd, n_pairs;
+    int64_t n;
+    bool f32, xn, scale_always;
+    fcase_fn fused, unfused;
+};
+
+static void fcase_reset(tdev *d, ls_backend *be, void *const *dbf, uint8_t *const *init, const size_t *tot, int nbuf) {
+    for (int b = 0; b < nbuf; b++) up(d, be, dbf[b], init[b], tot[b]);
+}
+
+static void fcase_down(tdev *d, ls_backend *be, uint8_t *const *host, void *const *dbf, const size_t *tot, int nbuf) {
+    for (int b = 0; b < nbuf; b++) down(d, be, host[b], dbf[b], tot[b]);
+}
+
+static void run_fcase(const fcase *c) {
+    for (int k = 0; k < g_ndev; k++) {
+        tdev *d = &g_dev[k];
+        void *dbf[FB_MAX], *at[FB_MAX];
+        uint8_t *I[FB_MAX], *U[FB_MAX], *F1[FB_MAX], *H[FB_MAX];
+        size_t tot[FB_MAX];
+        for (int b = 0; b < c->nbuf; b++) {
+            tot[b] = c->rowb[b] * NR + sizeof(float) * GUARD;
+            dbf[b] = dbuf(d, tot[b]);
+            I[b] = xmalloc(tot[b]), U[b] = xmalloc(tot[b]), F1[b] = xmalloc(tot[b]), H[b] = xmalloc(tot[b]);
+            fill_sentinel(I[b], tot[b]);
+            if (c->init[b]) memcpy(I[b], c->init[b], c->rowb[b] * NR);
+        }
+        int32_t *dp = NULL;
+        if (c->pos) {
+            dp = dbuf(d, sizeof(int32_t) * NR);
+            up(d, d->be, dp, c->pos, sizeof(int32_t) * NR);
+        }
+        /* (b) unfused over all rows vs fused one row at a time */
+        fcase_reset(d, d->be, dbf, I, tot, c->nbuf);
+        c->unfused(c, d, d->be, dbf, dp, NR);
+        fcase_down(d, d->be, U, dbf, tot, c->nbuf);
+        fcase_reset(d, d->be1, dbf, I, tot, c->nbuf);
+        for (int64_t r = 0; r < NR; r++) {
+            for (int b = 0; b < c->nbuf; b++) at[b] = (uint8_t *)dbf[b] + c->rowb[b] * (size_t)r;
+            c->fused(c, d, d->be1, at, dp ? dp + r : NULL, 1);
+        }
+        fcase_down(d, d->be1, F1, dbf, tot, c->nbuf);
+        d->ops->sync(d->be1);
+        for (int b = 0; b < c->nbuf; b++) {
+            if (c->role[b] == FB_IN)
+                check_rows(k, c->op, "(an input) was modified", F1[b], I[b], 1, tot[b], "%s buffer %s", c->label,
+                           c->name[b]);
+            else if (c->role[b] != FB_SCRATCH)
+                check_rows(k, c->op, "differs from the unfused op sequence", F1[b], U[b], NR, c->rowb[b],
+                           "%s buffer %s (fused 1-row calls vs unfused over 64 rows)", c->label, c->name[b]);
+            if (!is_sentinel(F1[b], c->rowb[b] * NR, sizeof(float) * GUARD)) {
+                print_error("[%s] %s %s: wrote past buffer %s\n", d->name, c->op, c->label, c->name[b]);
+                fail();
+            }
+        }
+        /* (a) m rows at the start and at the end vs the 1-row results */
+        for (int64_t m = 1; m <= NR; m++) {
+            int64_t offs[2];
+            const int no = offsets_for(m, offs);
+            for (int o = 0; o < no; o++) {
+                const int64_t off = offs[o];
+                fcase_reset(d, d->be, dbf, I, tot, c->nbuf);
+                for (int b = 0; b < c->nbuf; b++) at[b] = (uint8_t *)dbf[b] + c->rowb[b] * (size_t)off;
+                c->fused(c, d, d->be, at, dp ? dp + off : NULL, m);
+                fcase_down(d, d->be, H, dbf, tot, c->nbuf);
+                for (int b = 0; b < c->nbuf; b++) {
+                    const size_t rb = c->rowb[b], lo = rb * (size_t)off, hi = rb * (size_t)(off + m);
+                    if (c->role[b] != FB_SCRATCH)
+                        check_rows(k, c->op, "differs from its 1-row result", H[b] + lo, F1[b] + lo, m, rb,
+                                   "%s buffer %s m=%lld (rows %lld..)", c->label, c->name[b], (long long)m,
+                                   (long long)off);
+                    check_rows(k, c->op, "outside the call was modified", H[b], I[b], 1, lo,
+                               "%s buffer %s m=%lld (rows %lld..), before", c->label, c->name[b], (long long)m,
+                               (long long)off);
+                    check_rows(k, c->op, "outside the call (or its guard) was modified", H[b] + hi, I[b] + hi, 1,
+                               tot[b] - hi, "%s buffer %s m=%lld (rows %lld..), after", c->label, c->name[b],
+                               (long long)m, (long long)off);
+                }
+                count_inv(k, c->op, (long)m);
+            }
+        }
+        check_acc(k, c->op, "exact", 0.0, 0.0, "%s", c->label);
+        snprintf(stat_of(k, c->op)->note, sizeof stat_of(k, c->op)->note, "== the unfused op sequence, bitwise");
+        for (int b = 0; b < c->nbuf; b++) free(I[b]), free(U[b]), free(F1[b]), free(H[b]);
+        bufs_release();
+    }
+}
+
+/* A mapped norm vector of n around 1 (some negative, as learned norms can be), or NULL. */
+static const float *fcase_norm(bool present, int64_t n, uint64_t *rng) {
+    if (!present) return NULL;
+    float *w = const_alloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) w[i] = 1.0f + rng_normal(rng, 0.5f);
+    consts_map();
+    return w;
+}
+
+/* rmsnorm_to */
+static void fu_rmsnorm_to(const fcase *c, tdev *d, ls_backend *be, void *const *b, const int32_t *pos, int64_t m) {
+    (void)pos;
+    if (c->nbuf == 1)
+        d->ops->rmsnorm_to(be, b[0], b[0], c->w1, m, c->n, c->eps); /* in place */
+    else
+        d->ops->rmsnorm_to(be, b[1], b[0], c->w1, m, c->n, c->eps);
+}
+static void un_rmsnorm_to(const fcase *c, tdev *d, ls_backend *be, void *const *b, const int32_t *pos, int64_t m) {
+    (void)pos;
+    float *x = b[c->nbuf - 1];
+    if (c->nbuf == 2) d->ops->copy(be, x, b[0], sizeof(float) * (size_t)(m * c->n));
+    d->ops->rmsnorm(be, x, c->w1, m, c->n, c->eps);
+}
+
+static void test_rmsnorm_to(void **state) {
+    (void)state;
+    static const struct {
+        int64_t n;
+        bool weight, in_place;
+    } C[] = {{1, true, false},   {31, false, false},  {256, true, false}, {640, true, false},  {999, true, false},
+             {999, false, true}, {2560, true, false}, {4099, true, true}, {1152, false, false}};
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        const int64_t n = C[i].n;
+        fcase c = {.op = "rmsnorm_to", .n = n, .eps = 1e-6f, .fused = fu_rmsnorm_to, .unfused = un_rmsnorm_to};
+        snprintf(c.label, sizeof c.label, "n=%lld %s%s", (long long)n, C[i].weight ? "weight" : "no-weight",
+                 C[i].in_place ? " in place" : "");
+        uint64_t rng = seed_of(c.label);
+        float *x = xmalloc(sizeof(float) * (size_t)(NR * n));
+        fill_rows(x, NR, n, &rng);
+        c.w1 = fcase_norm(C[i].weight, n, &rng);
+        c.nbuf = C[i].in_place ? 1 : 2;
+        c.rowb[0] = c.rowb[1] = sizeof(float) * (size_t)n;
+        c.init[0] = x;
+        c.role[0] = C[i].in_place ? FB_INOUT : FB_IN, c.name[0] = C[i].in_place ? "x" : "src";
+        c.role[1] = FB_OUT, c.name[1] = "dst";
+        run_fcase(&c);
+        free(x);
+        consts_release();
+    }
+}
+
+/* add_rmsnorm */
+static void fu_add_rmsnorm(const fcase *c, tdev *d, ls_backend *be, void *const *b, const int32_t *pos, int64_t m) {
+    (void)pos;
+    d->ops->add_rmsnorm(be, b[0], b[1], c->w1, c->s, c->xn ? b[2] : NULL, c->w2, m, c->n, c->eps);
+}
+static void un_add_rmsnorm(const fcase *c, tdev *d, ls_backend *be, void *const *b, const int32_t *pos, int64_t m) {
+    (void)pos;
+    const ls_backend_ops *o = d->ops;
+    o->rmsnorm(be, b[1], c->w1, m, c->n, c->eps);
+    o->add(be, b[0], b[1], m * c->n);
+    if (c->s != 1.0f || c->scale_always) o->scale(be, b[0], c->s, m * c->n);
+    if (c->xn) {
+        o->copy(be, b[2], b[0], sizeof(float) * (size_t)(m * c->n));
+        o->rmsnorm(be, b[2], c->w2, m, c->n, c->eps);
+    }
+}
+
+static void test_add_rmsnorm(void **state) {
+    (void)state;
+    /* scale_always: the unfused side multiplies by s = 1 too (the assistant's form): backend.h
+     * says skipping it gives the same bits; row 11 of x holds subnormals and signed zeros next
+     * to a zero t row, where a flush to zero would show. */
+    static const struct {
+        int64_t n;
+        bool w_post, w_pre, xn;
+        float s;
+        bool scale_always;
+    } C[] = {{640, true, true, true, 1.0f, false},         {1, true, true, true, 1.0f, false},
+             {7, false, true, true, 0.5f, false},          {255, true, false, true, 1.0f, false},
+             {1000, true, true, true, 1.7f, false},        {1152, true, true, false, 1.0f, false},
+             {2560, false, false, false, 0.03125f, false}, {4097, true, true, true, 1.0f, true},
+             {640, true, true, true, 1.0f, true},          {33, true, true, false, 1.0f, true}};
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        const int64_t n = C[i].n;
+        fcase c = {.op = "add_rmsnorm",
+                   .n = n,
+                   .eps = 1e-6f,
+                   .s = C[i].s,
+                   .xn = C[i].xn,
+                   .scale_always = C[i].scale_always,
+                   .fused = fu_add_rmsnorm,
+                   .unfused = un_add_rmsnorm};
+        snprintf(c.label, sizeof c.label, "n=%lld w_post %s w_pre %s s=%g %s%s", (long long)n,
+                 C[i].w_post ? "yes" : "no", C[i].w_pre ? "yes" : "no", (double)C[i].s, C[i].xn ? "xn" : "no xn",
+                 C[i].scale_always ? " (unfused scales by 1)" : "");
+        uint64_t rng = seed_of(c.label);
+        float *x = xmalloc(sizeof(float) * (size_t)(NR * n)), *t = xmalloc(sizeof(float) * (size_t)(NR * n));
+        fill_rows(x, NR, n, &rng);
+        fill_rows(t, NR, n, &rng);       /* row 11 of t is all zeros */
+        for (int64_t r = 0; r < NR; r++) /* the residual is larger than the block output, mostly */
+            for (int64_t j = 0; j < n; j++) x[r * n + j] *= 8.0f;
+        const float odd[] = {1e-40f, -3e-42f, -0.0f, 0.0f, 1.17549421e-38f};
+        for (int j = 0; j < 5 && j < n; j++) x[11 * n + j] = odd[j];
+        if (n > 3) x[20 * n + 3] = NAN, x[21 * n + 1] = INFINITY;
+        c.w1 = fcase_norm(C[i].w_post, n, &rng);
+        c.w2 = fcase_norm(C[i].w_pre, n, &rng);
+        c.nbuf = C[i].xn ? 3 : 2;
+        for (int b = 0; b < 3; b++) c.rowb[b] = sizeof(float) * (size_t)n;
+        c.init[0] = x, c.role[0] = FB_INOUT, c.name[0] = "x";
+        c.init[1] = t, c.role[1] = FB_SCRATCH, c.name[1] = "t";
+        c.role[2] = FB_OUT, c.name[2] = "xn";
+        run_fcase(&c);
+        free(x);
+        free(t);
+        consts_release();
+    }
+}
+
+/* norm_rope */
+static void fu_norm_rope(const fcase *c, tdev *d, ls_backend *be, void *const *b, const int32_t *pos, int64_t m) {
+    d->ops->norm_rope(be, b[0], c->w1, m, c->n_heads, c->hd, c->eps, c->n_pairs, pos, c->theta, c->fscale);
+}
+static void un_norm_rope(const fcase *c, tdev *d, ls_backend *be, void *const *b, const int32_t *pos, int64_t m) {
+    d->ops->rmsnorm(be, b[0], c->w1, m * c->n_heads, c->hd, c->eps);
+    d->ops->rope_pairs(be, b[0], m, c->n_heads, c->hd, c->n_pairs, pos, c->theta, c->fscale);
+}
+
+static void test_norm_rope(void **state) {
+    (void)state;
+    /* head dims 1..1024 (rope_pairs' limit: hd / 2 <= 512; odd ones only without rotated pairs),
+     * full, partial ("proportional") and no rotation, linear position scaling, no weight */
+    static const struct {
+        int32_t hd, heads, pairs;
+        float theta, fscale;
+        bool weight;
+    } C[] = {{1, 4, 0, 1e4f, 1.0f, true},      {7, 3, 0, 1e4f, 1.0f, true},      {2, 5, 1, 1e4f, 1.0f, true},
+             {6, 2, 3, 1e4f, 1.0f, false},     {34, 3, 10, 1e4f, 1.0f, true},    {64, 8, 32, 1e4f, 1.0f, true},
+             {128, 4, 16, 1e6f, 1.0f, true},   {130, 2, 65, 1e4f, 1.0f, true},   {256, 4, 128, 1e6f, 0.125f, true},
+             {256, 2, 128, 1e4f, 1.0f, false}, {300, 1, 100, 1e4f, 1.0f, true},  {512, 2, 64, 1e6f, 1.0f, true},
+             {512, 1, 256, 1e4f, 0.25f, true}, {1024, 1, 512, 1e4f, 1.0f, true}, {1024, 2, 0, 1e4f, 1.0f, true}};
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        const int64_t n = (int64_t)C[i].hd * C[i].heads;
+        fcase c = {.op = "norm_rope",
+                   .n = n,
+                   .eps = 1e-6f,
+                   .n_heads = C[i].heads,
+                   .hd = C[i].hd,
+                   .n_pairs = C[i].pairs,
+                   .theta = C[i].theta,
+                   .fscale = C[i].fscale,
+                   .fused = fu_norm_rope,
+                   .unfused = un_norm_rope};
+        snprintf(c.label, sizeof c.label, "hd=%d heads=%d n_pairs=%d theta=%g freq_scale=%g %s", C[i].hd, C[i].heads,
+                 C[i].pairs, (double)C[i].theta, (double)C[i].fscale, C[i].weight ? "weight" : "no-weight");
+        uint64_t rng = seed_of(c.label);
+        float *x = xmalloc(sizeof(float) * (size_t)(NR * n));
+        int32_t pos[NR];
+        fill_rows(x, NR, n, &rng);
+        for (int r = 0; r < NR; r++) pos[r] = (int32_t)(rng_next(&rng) % 40000);
+        pos[0] = 0, pos[1] = 1, pos[2] = 131071, pos[NR - 1] = 65535, pos[NR - 2] = pos[NR - 3];
+        c.w1 = fcase_norm(C[i].weight, C[i].hd, &rng);
+        c.pos = pos;
+        c.nbuf = 1;
+        c.rowb[0] = sizeof(float) * (size_t)n;
+        c.init[0] = x, c.role[0] = FB_INOUT, c.name[0] = "x";
+        run_fcase(&c);
+        free(x);
+        consts_release();
+    }
+}
+
+/* kv_store2 */
+static void fu_kv_store2(const fcase *c, tdev *d, ls_backend *be, void *const *b, const int32_t *pos, int64_t m) {
+    (void)pos;
+    d->ops->kv_store2(be, b[2], b[3], c->f32, b[0], b[1], m * c->n);
+}
+static void un_kv_store2(const fcase *c, tdev *d, ls_backend *be, void *const *b, const int32_t *pos, int64_t m) {
+    (void)pos;
+    d->ops->kv_store(be, b[2], c->f32, b[0], m * c->n);
+    d->ops->kv_store(be, b[3], c->f32, b[1], m * c->n);
+}
+
+static void test_kv_store2(void **state) {
+    (void)state;
+    const float specials[] = {65504.0f, 65519.996f, 65520.0f,   -70000.0f, INFINITY, -INFINITY, NAN,    1e-8f,
+                              0x1p-25f, 0x1.8p-25f, 0x1.4p-23f, 6.1e-5f,   -0.0f,    2049.0f,   2051.0f};
+    const int nsp = (int)(sizeof specials / sizeof specials[0]);
+    static const int64_t D[] = {1, 999, 512, 1024};
+    for (int f32 = 0; f32 < 2; f32++)
+        for (size_t di = 0; di < sizeof D / sizeof D[0]; di++) {
+            const int64_t n = D[di];
+            fcase c = {.op = "kv_store2", .n = n, .f32 = f32 != 0, .fused = fu_kv_store2, .unfused = un_kv_store2};
+            snprintf(c.label, sizeof c.label, "%s d=%lld", f32 ? "f32" : "f16", (long long)n);
+            uint64_t rng = seed_of(c.label);
+            float *k = xmalloc(sizeof(float) * (size_t)(NR * n)), *v = xmalloc(sizeof(float) * (size_t)(NR * n));
+            fill_rows(k, NR, n, &rng);
+            fill_rows(v, NR, n, &rng);
+            for (int i = 0; i < nsp; i++) k[(3 * n + 7 * i) % (NR * n)] = specials[i];
+            for (int i = 0; i < nsp; i++) v[(40 * n + 5 * i + 1) % (NR * n)] = -specials[i];
+            c.nbuf = 4;
+            c.rowb[0] = c.rowb[1] = sizeof(float) * (size_t)n;
+            c.rowb[2] = c.rowb[3] = (f32 ? 4 : 2) * (size_t)n;
+            c.init[0] = k, c.role[0] = FB_IN, c.name[0] = "k";
+            c.init[1] = v, c.role[1] = FB_IN, c.name[1] = "v";
+            c.role[2] = FB_OUT, c.name[2] = "k cache";
+            c.role[3] = FB_OUT, c.name[3] = "v cache";
+            run_fcase(&c);
+            free(k);
+            free(v);
+        }
+}
+
 /* ---- memory ops: alloc / release / upload / download / copy / copy_rows / sync ------------- */
 
 static void test_memory(void **state) {
@@ -2043,6 +2377,10 @@ static const op_slot OP_SLOTS[] = {
     SLOT(kv_store, test_kv_store),
     SLOT(gather_rows, test_gather_rows),
     SLOT(scatter_add, test_scatter_add),
+    SLOT(rmsnorm_to, test_rmsnorm_to),
+    SLOT(add_rmsnorm, test_add_rmsnorm),
+    SLOT(norm_rope, test_norm_rope),
+    SLOT(kv_store2, test_kv_store2),
     SLOT_OPT(step_begin, test_step),
     SLOT_OPT(step_end, test_step),
     SLOT(free, test_lifecycle),

@@ -149,6 +149,33 @@ typedef struct {
     void (*scatter_add)(ls_backend *be, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
                         int64_t d);
 
+    /* ---- fused ops ----
+     * Each computes exactly the bits of the unfused op sequence written next to it, on every
+     * backend (tests/test_backend_ops.c compares them with memcmp), so model code may use
+     * either form. They exist because a decode step of a small model is bound by the number
+     * of kernel launches, not by bandwidth (docs/cuda.md 4): on CUDA each is one kernel where
+     * the sequence is two to five. Norm vectors w* are mapped constants (or NULL: no weight),
+     * as for rmsnorm. */
+    /* copy(dst, src, m * n floats) then rmsnorm(dst, w, m, n, eps). dst == src is allowed (then
+     * it is rmsnorm); otherwise the two must not overlap, and src is left as it is. */
+    void (*rmsnorm_to)(ls_backend *be, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps);
+    /* A residual step over m rows of n (a block's output norm, the residual add, the layer
+     * scalar, the next block's input norm):
+     *   rmsnorm(t, w_post, m, n, eps); add(x, t, m * n); if (s != 1) scale(x, s, m * n);
+     *   if (xn) rmsnorm_to(xn, x, w_pre, m, n, eps);
+     * t is scratch: its contents afterwards are unspecified (the CPU leaves it normed, CUDA as
+     * it was). x, t and xn must not overlap. Skipping the scale when s == 1 gives the same bits
+     * as applying it: x * 1 == x for every value an add produces (no backend flushes
+     * subnormals; an add never yields a signalling NaN). */
+    void (*add_rmsnorm)(ls_backend *be, float *x, float *t, const float *w_post, float s, float *xn, const float *w_pre,
+                        int64_t m, int64_t n, float eps);
+    /* rmsnorm(x, w, m * n_heads, hd, eps) then rope_pairs(x, m, n_heads, hd, n_pairs, pos,
+     * theta_base, freq_scale): the per-head q / k norm and RoPE (docs/gemma.md 3.4). */
+    void (*norm_rope)(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
+                      int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale);
+    /* kv_store(dk, f32, k, n) then kv_store(dv, f32, v, n): a step's K and V rows into a cache. */
+    void (*kv_store2)(ls_backend *be, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n);
+
     /* ---- step capture (optional: NULL on backends without it) ----
      * step_begin(key) .. step_end() brackets the ops of one forward step with no download
      * between them; the CUDA backend records them into a graph keyed on `key` (the row

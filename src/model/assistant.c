@@ -676,17 +676,20 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
     op->copy(be, a->x + a->bb, hprev, sizeof(float) * (size_t)a->bb);
     op->upload(be, a->qpos, &P, sizeof P);
     op->matmul(be, &a->pre, a->x, 1, a->h);
+    /* Fused ops (backend.h; the same bits as the sequences they replace): every residual add
+     * carries the norm before it and the next norm after it, so a->a always holds the next
+     * block's normed input, and after the last layer the output norm of h. */
+    if (a->n_layers > 0) op->rmsnorm_to(be, a->a, a->h, a->layers[0].in_ln, 1, H, a->eps);
     for (int32_t l = 0; l < a->n_layers; l++) {
         const asst_layer *ly = &a->layers[l];
         const ls_asst_kv *kv = ly->sliding ? kv_sliding : kv_full;
-        /* attention: q only; K/V are the target's */
-        op->copy(be, a->a, a->h, sizeof(float) * (size_t)H);
-        op->rmsnorm(be, a->a, ly->in_ln, 1, H, a->eps);
+        /* attention: q only; K/V are the target's; a->a = in_ln(h) */
         op->matmul(be, &ly->q, a->a, 1, a->q);
-        op->rmsnorm(be, a->q, ly->q_norm, a->n_heads, ly->hd, a->eps);
-        /* the target's rope op, so the query rotates exactly like the target's keys (spec 3.4:
-         * pairs (j, j + hd/2), full layers proportional with the exponent over the full dim) */
-        be->ops->rope_pairs(be, a->q, 1, a->n_heads, ly->hd, ly->n_rot_pairs, a->qpos, ly->theta, ly->freq_scale);
+        /* q_norm and the target's rope op, so the query rotates exactly like the target's keys
+         * (spec 3.4: pairs (j, j + hd/2), full layers proportional with the exponent over the
+         * full dim) */
+        op->norm_rope(be, a->q, ly->q_norm, 1, a->n_heads, ly->hd, a->eps, ly->n_rot_pairs, a->qpos, ly->theta,
+                      ly->freq_scale);
         ls_attn_args args = {.q = a->q,
                              .out = a->att,
                              .k = kv->k,
@@ -704,26 +707,27 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
                              .scale = 1.0f};
         op->attention(be, &args);
         op->matmul(be, &ly->o, a->att, 1, a->t);
-        op->rmsnorm(be, a->t, ly->post_attn_ln, 1, H, a->eps);
-        op->add(be, a->h, a->t, H);
+        /* h += post_attn_ln(t); a->a = pre_ff_ln(h) */
+        op->add_rmsnorm(be, a->h, a->t, ly->post_attn_ln, 1.0f, a->a, ly->pre_ff_ln, 1, H, a->eps);
         /* MLP */
-        op->copy(be, a->a, a->h, sizeof(float) * (size_t)H);
-        op->rmsnorm(be, a->a, ly->pre_ff_ln, 1, H, a->eps);
         op->matmul(be, &ly->gate, a->a, 1, a->gate);
         op->matmul(be, &ly->up, a->a, 1, a->up);
         op->gelu_mul(be, a->gate, a->up, ly->inter);
         op->matmul(be, &ly->down, a->gate, 1, a->t);
-        op->rmsnorm(be, a->t, ly->post_ff_ln, 1, H, a->eps);
-        op->add(be, a->h, a->t, H);
-        op->scale(be, a->h, ly->scalar, H);
+        /* h = (h + post_ff_ln(t)) * scalar (a scalar of 1 multiplies exactly: backend.h); a->a =
+         * the next layer's in_ln(h), or the output norm after the last layer */
+        const float *w_next = l + 1 < a->n_layers ? a->layers[l + 1].in_ln : a->norm;
+        op->add_rmsnorm(be, a->h, a->t, ly->post_ff_ln, ly->scalar, a->a, w_next, 1, H, a->eps);
     }
-    op->rmsnorm(be, a->h, a->norm, 1, H, a->eps);
-    if (hnext) op->matmul(be, &a->post, a->h, 1, hnext);
+    /* hf: the output-normed hidden state, in a->a (written above unless there is no layer) */
+    float *hf = a->a;
+    if (a->n_layers == 0) op->rmsnorm_to(be, hf, a->h, a->norm, 1, H, a->eps);
+    if (hnext) op->matmul(be, &a->post, hf, 1, hnext);
     if (logits) {
         if (a->centroid_head) {
-            centroid_head(a, be, a->h, logits);
+            centroid_head(a, be, hf, logits);
         } else {
-            op->matmul(be, &a->embd, a->h, 1, a->logits); /* tied dense head, no softcap */
+            op->matmul(be, &a->embd, hf, 1, a->logits); /* tied dense head, no softcap */
             op->download(be, logits, a->logits, sizeof(float) * (size_t)a->vocab);
         }
     }

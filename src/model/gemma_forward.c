@@ -27,11 +27,9 @@
 #include "core/log.h"
 #include "model/session.h"
 
-/* Rows pos0..pos0+n-1 are consecutive slots of the chronological cache. */
+/* Rows pos0..pos0+n-1 are consecutive slots of the chronological cache (K and V in one op). */
 static void store_kv(ls_backend *be, ls_kv_layer *c, const float *k, const float *v, int32_t pos0, int32_t n) {
-    int64_t count = (int64_t)n * c->row;
-    be->ops->kv_store(be, ls_kv_k(c, pos0), c->f32, k, count);
-    be->ops->kv_store(be, ls_kv_v(c, pos0), c->f32, v, count);
+    be->ops->kv_store2(be, ls_kv_k(c, pos0), ls_kv_v(c, pos0), c->f32, k, v, (int64_t)n * c->row);
 }
 
 const char *ls_stage_name(ls_stage st) {
@@ -117,9 +115,10 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
     int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
     bool own_kv = l->kv_src == layer;
 
+    /* q / k: per-head norm then RoPE, one fused op each (backend.h norm_rope) */
     op->matmul(be, &l->wq, ws->xn, n, ws->q);
-    op->rmsnorm(be, ws->q, l->q_norm, (int64_t)n * nh, hd, cfg->eps);
-    op->rope_pairs(be, ws->q, n, nh, hd, l->rope_pairs, ws->positions, l->rope_base, l->rope_freq_scale);
+    op->norm_rope(be, ws->q, l->q_norm, n, nh, hd, cfg->eps, l->rope_pairs, ws->positions, l->rope_base,
+                  l->rope_freq_scale);
     if (own_kv) {
         op->matmul(be, &l->wk, ws->xn, n, ws->k);
         /* k_eq_v: V is the raw K projection (before k_norm and RoPE) */
@@ -127,8 +126,8 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
             op->copy(be, ws->v, ws->k, sizeof(float) * (size_t)(n * kvd));
         else
             op->matmul(be, &l->wv, ws->xn, n, ws->v);
-        op->rmsnorm(be, ws->k, l->k_norm, (int64_t)n * nkv, hd, cfg->eps);
-        op->rope_pairs(be, ws->k, n, nkv, hd, l->rope_pairs, ws->positions, l->rope_base, l->rope_freq_scale);
+        op->norm_rope(be, ws->k, l->k_norm, n, nkv, hd, cfg->eps, l->rope_pairs, ws->positions, l->rope_base,
+                      l->rope_freq_scale);
         if (l->v_norm) op->rmsnorm(be, ws->v, NULL, (int64_t)n * nkv, hd, cfg->eps);
     }
     for (int j = 0; j < nseg; j++) {
@@ -174,8 +173,10 @@ static void ple_inputs(ls_backend *be, ls_workspace *ws, const ls_model *m, int3
     op->axpby(be, ws->ple, ws->ple_tok, tok_scale, mix, n * lp);
 }
 
-/* PLE block of one layer: x += post_norm(proj(gelu_tanh(gate x) * ple[layer])). */
-static void ple_block(ls_backend *be, ls_workspace *ws, const ls_model *m, int layer, int32_t n) {
+/* PLE block of one layer: x += post_norm(proj(gelu_tanh(gate x) * ple[layer])), then
+ * x *= s and, with xn, xn = rmsnorm_{w_next}(x): the end of the layer (see the layer loop). */
+static void ple_block(ls_backend *be, ls_workspace *ws, const ls_model *m, int layer, int32_t n, float s, float *xn,
+                      const float *w_next) {
     const ls_config *cfg = &m->cfg;
     const ls_layer *l = &m->layers[layer];
     const ls_backend_ops *op = be->ops;
@@ -184,15 +185,18 @@ static void ple_block(ls_backend *be, ls_workspace *ws, const ls_model *m, int l
     op->copy_rows(be, ws->ple_tmp, p, ws->ple + layer * p, lp, p, n);
     op->gelu_mul(be, ws->gate, ws->ple_tmp, (int64_t)n * p);
     op->matmul(be, &l->ple_proj, ws->gate, n, ws->tmp);
-    op->rmsnorm(be, ws->tmp, l->ple_post_norm, n, d, cfg->eps);
-    op->add(be, ws->x, ws->tmp, n * d);
+    op->add_rmsnorm(be, ws->x, ws->tmp, l->ple_post_norm, s, xn, w_next, n, d, cfg->eps);
 }
 
 /* Final norm and the tied LM head over the rows that want logits, gathered so one matmul
  * serves every segment. The normed rows are kept per session (ls_session_hidden). On a
  * host-memory backend a single segment's head writes straight into its logits buffer;
- * otherwise the rows are computed in ws->logits and downloaded (after step_end). */
-static int32_t lm_head_rows(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, const int32_t *off) {
+ * otherwise the rows are computed in ws->logits and downloaded (after step_end).
+ * normed_in_xn: the last layer's add_rmsnorm already wrote the final norm of every row into
+ * ws->xn (the same bits as norming ws->x here); the rows wanted move down to the front of
+ * ws->xn (copy is a memmove, and a segment's rows never lie below where they go). */
+static int32_t lm_head_rows(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, const int32_t *off,
+                            bool normed_in_xn) {
     const ls_model *m = segs[0].s->model;
     const ls_config *cfg = &m->cfg;
     const ls_backend_ops *op = be->ops;
@@ -202,8 +206,8 @@ static int32_t lm_head_rows(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
         ls_fwd_seg *g = &segs[j];
         if (!g->logits || g->logits_from >= g->n) continue;
         int32_t from = g->logits_from < 0 ? 0 : g->logits_from, rows = g->n - from;
-        float *h = ws->x + (int64_t)(off[j] + from) * d;
-        op->rmsnorm(be, h, m->output_norm, rows, d, cfg->eps);
+        float *h = (normed_in_xn ? ws->xn : ws->x) + (int64_t)(off[j] + from) * d;
+        if (!normed_in_xn) op->rmsnorm(be, h, m->output_norm, rows, d, cfg->eps);
         if (g->s->fault_on || g->s->capture)
             stage_done_seg(be, ws, g->s, -1, LS_STAGE_FINAL_NORM, h, false, rows, d, g->s->pos + from);
         if (g->s->hidden) {
@@ -286,17 +290,24 @@ void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int ns
     op->scale(be, ws->x, cfg->embd_scale, n * d);
     if (cfg->ple_dim > 0) ple_inputs(be, ws, m, n);
 
+    /* Fused ops (backend.h; bit-identical to the op sequences they replace, so the logits do
+     * not depend on which form runs): each residual add carries the output norm before it and
+     * the input norm after it (add_rmsnorm), so a layer is
+     *   [xn = attn_norm(x)]  attention  x += post_attn_norm(.), xn = ffn_norm(x)
+     *   MLP  x += post_ffw_norm(.) [PLE block: x += post_ple_norm(.)], x *= layer_scalar,
+     *        xn = the next layer's attn_norm(x), or the output norm after the last layer.
+     * The last part runs fused only when no probe hook is set in the step: the layer-output
+     * hook may change x (fault injection) after the add and before the next norm reads it, so
+     * with hooks x is normed on its own after the hook (rmsnorm_to, the same bits). */
+    bool xn_ready = false; /* ws->xn already holds the next norm of x (attn_norm; output norm at the end) */
     for (int i = 0; i < cfg->n_layer; i++) {
         const ls_layer *l = &m->layers[i];
-        op->copy(be, ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
-        op->rmsnorm(be, ws->xn, l->attn_norm, n, d, cfg->eps);
+        bool last = i + 1 == cfg->n_layer;
+        if (!xn_ready) op->rmsnorm_to(be, ws->xn, ws->x, l->attn_norm, n, d, cfg->eps);
         attention_block(be, ws, segs, nseg, off, n, i);
         stage_done(be, ws, segs, nseg, off, i, LS_STAGE_ATTENTION, ws->tmp, d);
-        op->rmsnorm(be, ws->tmp, l->post_attn_norm, n, d, cfg->eps);
-        op->add(be, ws->x, ws->tmp, n * d);
+        op->add_rmsnorm(be, ws->x, ws->tmp, l->post_attn_norm, 1.0f, ws->xn, l->ffn_norm, n, d, cfg->eps);
 
-        op->copy(be, ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
-        op->rmsnorm(be, ws->xn, l->ffn_norm, n, d, cfg->eps);
         op->matmul(be, &l->w_gate, ws->xn, n, ws->gate);
         op->matmul(be, &l->w_up, ws->xn, n, ws->up);
         op->gelu_mul(be, ws->gate, ws->up, (int64_t)n * l->n_ff);
@@ -307,13 +318,19 @@ void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int ns
             ls_moe_forward(be, ws, m, i, n, ws->tmp);
         }
         stage_done(be, ws, segs, nseg, off, i, LS_STAGE_MLP, ws->tmp, d);
-        op->rmsnorm(be, ws->tmp, l->post_ffw_norm, n, d, cfg->eps);
-        op->add(be, ws->x, ws->tmp, n * d);
-        if (cfg->ple_dim > 0) ple_block(be, ws, m, i, n);
-        if (l->layer_scalar != 1.0f) op->scale(be, ws->x, l->layer_scalar, n * d);
+        /* the next norm: the next layer's attn_norm, or the output norm (when logits are wanted) */
+        xn_ready = !hooks && (!last || n_logit_rows > 0);
+        float *xn_next = xn_ready ? ws->xn : NULL;
+        const float *w_next = !xn_ready ? NULL : last ? m->output_norm : m->layers[i + 1].attn_norm;
+        if (cfg->ple_dim > 0) {
+            op->add_rmsnorm(be, ws->x, ws->tmp, l->post_ffw_norm, 1.0f, NULL, NULL, n, d, cfg->eps);
+            ple_block(be, ws, m, i, n, l->layer_scalar, xn_next, w_next);
+        } else {
+            op->add_rmsnorm(be, ws->x, ws->tmp, l->post_ffw_norm, l->layer_scalar, xn_next, w_next, n, d, cfg->eps);
+        }
         stage_done(be, ws, segs, nseg, off, i, LS_STAGE_LAYER_OUTPUT, ws->x, d);
     }
-    int32_t nl = lm_head_rows(be, ws, segs, nseg, off);
+    int32_t nl = lm_head_rows(be, ws, segs, nseg, off, xn_ready);
     int direct = nl > 0 ? lm_head_matmul(be, ws, segs, nseg, nl) : -1;
     if (captured) op->step_end(be);
     if (nl > 0) lm_head_out(be, ws, segs, nseg, direct);

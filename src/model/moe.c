@@ -44,8 +44,7 @@ void ls_moe_forward(ls_backend *be, ls_workspace *ws, const ls_model *m, int lay
     /* Router input, in xn (free here): RMSNormNoScale(r) * scale * H^-0.5. Routing itself
      * (top-k, softmax) runs on the host over the downloaded scores: it is tiny, and the
      * row lists it produces decide how many rows each expert's matmuls get. */
-    op->copy(be, ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
-    op->rmsnorm(be, ws->xn, NULL, n, d, c->eps);
+    op->rmsnorm_to(be, ws->xn, ws->x, NULL, n, d, c->eps);
     op->mul_rows(be, ws->xn, moe->router_scale, root, n, d);
     op->matmul(be, &moe->router, ws->xn, n, ws->moe_scores);
     op->download(be, ws->h_moe_scores, ws->moe_scores, sizeof(float) * (size_t)n * (size_t)E);
@@ -54,8 +53,7 @@ void ls_moe_forward(ls_backend *be, ls_workspace *ws, const ls_model *m, int lay
                   ws->h_moe_w + (int64_t)r * K);
 
     /* Expert input x' = pre_norm_2(r), in xn. */
-    op->copy(be, ws->xn, ws->x, sizeof(float) * (size_t)(n * d));
-    op->rmsnorm(be, ws->xn, moe->pre_norm_2, n, d, c->eps);
+    op->rmsnorm_to(be, ws->xn, ws->x, moe->pre_norm_2, n, d, c->eps);
     op->fill(be, ws->moe_acc, 0.0f, n * d);
     for (int32_t e = 0; e < E; e++) {
         int32_t cnt = 0;
@@ -77,6 +75,5 @@ void ls_moe_forward(ls_backend *be, ls_workspace *ws, const ls_model *m, int lay
         op->matmul(be, &moe->down[e], ws->gate, cnt, ws->moe_out);
         op->scatter_add(be, ws->moe_acc, ws->moe_out, ws->moe_src, ws->moe_w, cnt, d);
     }
-    op->rmsnorm(be, ws->moe_acc, moe->post_norm_2, n, d, c->eps);
-    op->add(be, out, ws->moe_acc, n * d);
+    op->add_rmsnorm(be, out, ws->moe_acc, moe->post_norm_2, 1.0f, NULL, NULL, n, d, c->eps); /* norm, then add */
 }

@@ -252,6 +252,36 @@ static void cpu_fill(ls_backend *be, float *x, float v, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
 
+/* ---- fused ops ---------------------------------------------------------------------
+ * The unfused sequences of backend.h themselves, op after op, so the CPU bytes cannot change
+ * whichever form model code uses (tests/data/cpu_bytes); the launches they save are a device
+ * backend's concern (docs/cuda.md 2). */
+
+static void cpu_rmsnorm_to(ls_backend *be, float *dst, const float *src, const float *w, int64_t m, int64_t n,
+                           float eps) {
+    if (dst != src) cpu_copy(be, dst, src, sizeof(float) * (size_t)(m * n));
+    cpu_rmsnorm(be, dst, w, m, n, eps);
+}
+
+static void cpu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, float s, float *xn,
+                            const float *w_pre, int64_t m, int64_t n, float eps) {
+    cpu_rmsnorm(be, t, w_post, m, n, eps);
+    cpu_add(be, x, t, m * n);
+    if (s != 1.0f) cpu_scale(be, x, s, m * n);
+    if (xn) cpu_rmsnorm_to(be, xn, x, w_pre, m, n, eps);
+}
+
+static void cpu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
+                          int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
+    cpu_rmsnorm(be, x, w, m * n_heads, hd, eps);
+    cpu_rope_pairs(be, x, m, n_heads, hd, n_pairs, pos, theta_base, freq_scale);
+}
+
+static void cpu_kv_store2(ls_backend *be, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n) {
+    cpu_kv_store(be, dk, f32, k, n);
+    cpu_kv_store(be, dv, f32, v, n);
+}
+
 static void cpu_free(ls_backend *be) {
     if (!be) return;
     cpu_impl *c = impl_of(be);
@@ -289,6 +319,10 @@ static const ls_backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .gather_rows = cpu_gather_rows,
     .scatter_add = cpu_scatter_add,
+    .rmsnorm_to = cpu_rmsnorm_to,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .norm_rope = cpu_norm_rope,
+    .kv_store2 = cpu_kv_store2,
     .free = cpu_free,
 };
 

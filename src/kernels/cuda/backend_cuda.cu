@@ -559,6 +559,34 @@ void cu_scatter_add(ls_backend *be, float *acc, const float *y, const int32_t *r
     lsc_scatter_add(g_stream, acc, y, rows, w, cnt, d);
 }
 
+/* ---- fused ops (backend.h; kernels in rowwise.cu) ---- */
+
+void cu_rmsnorm_to(ls_backend *be, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps) {
+    (void)be;
+    QueueLock q;
+    lsc_rmsnorm_to(g_stream, dst, src, (const float *)dev_ptr(w), m, n, eps);
+}
+
+void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, float s, float *xn, const float *w_pre,
+                    int64_t m, int64_t n, float eps) {
+    (void)be;
+    QueueLock q;
+    lsc_add_rmsnorm(g_stream, x, t, (const float *)dev_ptr(w_post), s, xn, (const float *)dev_ptr(w_pre), m, n, eps);
+}
+
+void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
+                  int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
+    (void)be;
+    QueueLock q;
+    lsc_norm_rope(g_stream, x, (const float *)dev_ptr(w), m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale);
+}
+
+void cu_kv_store2(ls_backend *be, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n) {
+    (void)be;
+    QueueLock q;
+    lsc_kv_store2(g_stream, dk, dv, f32, k, v, n);
+}
+
 /* ---- step graphs ---- */
 
 void cu_step_begin(ls_backend *be, int64_t key) {
@@ -671,6 +699,10 @@ ls_backend_ops make_ops(void) {
     o.kv_store = cu_kv_store;
     o.gather_rows = cu_gather_rows;
     o.scatter_add = cu_scatter_add;
+    o.rmsnorm_to = cu_rmsnorm_to;
+    o.add_rmsnorm = cu_add_rmsnorm;
+    o.norm_rope = cu_norm_rope;
+    o.kv_store2 = cu_kv_store2;
     o.step_begin = cu_step_begin;
     o.step_end = cu_step_end;
     o.free = cu_free;

@@ -37,6 +37,13 @@ void lsc_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const float 
 void lsc_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps);
 void lsc_rope_pairs(cudaStream_t st, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
                     const int32_t *pos, float theta_base, float freq_scale);
+/* Fused ops (backend.h): bit-identical to their unfused sequences of the launchers here. */
+void lsc_rmsnorm_to(cudaStream_t st, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps);
+void lsc_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
+                     const float *w_pre, int64_t m, int64_t n, float eps);
+void lsc_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
+                   int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale);
+void lsc_kv_store2(cudaStream_t st, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n);
 void lsc_gelu_mul(cudaStream_t st, float *gate, const float *up, int64_t n);
 void lsc_add(cudaStream_t st, float *x, const float *y, int64_t n);
 void lsc_scale(cudaStream_t st, float *x, float s, int64_t n);

@@ -10,6 +10,16 @@
  *    fixed tree over the 8 warp sums. The order depends on n only, never on m;
  *  - rope_pairs is one block per row; its angles come from the row's position alone.
  *
+ * Fused ops (backend.h "fused ops"): each is one kernel that must give the bits of its
+ * unfused op sequence. They are built from the very code of the kernels they replace: the
+ * row sum of squares goes through block_sum_sq (the one reduction tree of every RMSNorm
+ * here, k_rmsnorm included), the scale through rms_scale, the RoPE angles through the
+ * non-inlined rope_angle (one compiled function for k_rope_pairs and k_norm_rope, so even
+ * the double pow / sincos code is shared), and every element expression is the unfused
+ * kernel's, operand for operand. A value that the unfused sequence stores to global memory
+ * and loads again is kept in a register or in shared memory instead: a float stored and
+ * loaded is the same float.
+ *
  * Rounding: every product and sum that the CPU backend computes as separate IEEE
  * operations (its C is compiled with -ffp-contract=off) is written here with __fmul_rn /
  * __fadd_rn / __fsub_rn, which nvcc never contracts into an FMA (-fmad=true would
@@ -135,27 +145,74 @@ __global__ void k_scatter_add(float *acc, const float *y, const int32_t *rows, c
     }
 }
 
-/* One block (kThreads) per row: x = x / sqrt(mean(x^2) + eps) * w, in the CPU's formula
- * scale = 1 / sqrt(ss / n + eps), then (x * scale) * w. */
-__global__ void __launch_bounds__(kThreads) k_rmsnorm(float *x, const float *w, int64_t n, float eps) {
-    float *row = x + (int64_t)blockIdx.x * n;
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) s = fmaf(row[i], row[i], s);
+/* The block-wide sum of every thread's partial sum s of a 256-thread block: a fixed xor
+ * butterfly per warp, then a fixed tree over the 8 warp sums. Thread t's s is the fmaf sum of
+ * x[i]^2 over i = t, t + 256, ... in increasing i (each caller's loop), so the whole order
+ * depends on the row length only, never on m. `red` is 8 floats of shared memory owned by
+ * this call: a kernel reducing twice passes a second array (no barrier separates the last
+ * reads of one reduction from the first writes of the next). Every thread gets the same bits. */
+__device__ __forceinline__ float block_sum_sq(float s, float *red) {
     /* xor butterfly: both partners add the same two values (a + b == b + a), so every lane
      * ends with the same bits. */
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
-    __shared__ float ws[kThreads / 32];
-    if ((threadIdx.x & 31) == 0) ws[threadIdx.x >> 5] = s;
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
     __syncthreads();
     static_assert(kThreads / 32 == 8, "the warp tree below is written for 8 warps");
-    const float ss = __fadd_rn(__fadd_rn(__fadd_rn(ws[0], ws[1]), __fadd_rn(ws[2], ws[3])),
-                               __fadd_rn(__fadd_rn(ws[4], ws[5]), __fadd_rn(ws[6], ws[7])));
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
-    if (w)
-        for (int64_t i = threadIdx.x; i < n; i += kThreads) row[i] = __fmul_rn(__fmul_rn(row[i], scale), w[i]);
-    else
-        for (int64_t i = threadIdx.x; i < n; i += kThreads) row[i] = __fmul_rn(row[i], scale);
+    return __fadd_rn(__fadd_rn(__fadd_rn(red[0], red[1]), __fadd_rn(red[2], red[3])),
+                     __fadd_rn(__fadd_rn(red[4], red[5]), __fadd_rn(red[6], red[7])));
+}
+
+/* The CPU's formula: scale = 1 / sqrt(ss / n + eps). */
+__device__ __forceinline__ float rms_scale(float ss, int64_t n, float eps) {
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+}
+
+/* One normed element: (x * scale) * w, or x * scale without a weight. */
+__device__ __forceinline__ float rms_elt(float x, float scale, const float *w, int64_t i) {
+    return w ? __fmul_rn(__fmul_rn(x, scale), w[i]) : __fmul_rn(x, scale);
+}
+
+/* One block (kThreads) per row: dst = src / sqrt(mean(src^2) + eps) * w. In place (rmsnorm)
+ * when dst == src: every thread reads all its elements before the barrier inside
+ * block_sum_sq and then writes only its own. rmsnorm and rmsnorm_to are this one kernel. */
+__global__ void __launch_bounds__(kThreads)
+    k_rmsnorm(float *dst, const float *src, const float *w, int64_t n, float eps) {
+    const float *in = src + (int64_t)blockIdx.x * n;
+    float *out = dst + (int64_t)blockIdx.x * n;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) s = fmaf(in[i], in[i], s);
+    __shared__ float red[kThreads / 32];
+    const float scale = rms_scale(block_sum_sq(s, red), n, eps);
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) out[i] = rms_elt(in[i], scale, w, i);
+}
+
+/* add_rmsnorm, one block per row: t' = rmsnorm_{w_post}(t) (k_rmsnorm's element), x = x + t'
+ * (k_add's), x = x * s when s != 1 (k_scale's), then, with xn, xn = rmsnorm_{w_pre}(x)
+ * (k_rmsnorm's again). The second sum of squares is taken while x is written: thread t
+ * visits i = t, t + 256, ... in increasing order there, exactly k_rmsnorm's loop over the
+ * finished x. t is only read. */
+__global__ void __launch_bounds__(kThreads)
+    k_add_rmsnorm(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
+                  float eps) {
+    const int64_t off = (int64_t)blockIdx.x * n;
+    float *xr = x + off;
+    const float *tr = t + off;
+    __shared__ float red1[kThreads / 32], red2[kThreads / 32];
+    float a = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) a = fmaf(tr[i], tr[i], a);
+    const float sc1 = rms_scale(block_sum_sq(a, red1), n, eps);
+    float b = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+        float v = __fadd_rn(xr[i], rms_elt(tr[i], sc1, w_post, i));
+        if (s != 1.0f) v = __fmul_rn(v, s);
+        xr[i] = v;
+        b = fmaf(v, v, b);
+    }
+    if (!xn) return; /* the same for every thread of the block: no barrier is skipped by some only */
+    const float sc2 = rms_scale(block_sum_sq(b, red2), n, eps);
+    float *o = xn + off;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) o[i] = rms_elt(xr[i], sc2, w_pre, i); /* own writes */
 }
 
 /* One block per row. Angles as kernels/cpu/rope.c builds them: inverse frequency
@@ -166,6 +223,16 @@ __global__ void __launch_bounds__(kThreads) k_rmsnorm(float *x, const float *w, 
  * shows after rounding to float (accuracy, not exactness, is what holds across backends). */
 constexpr int kRopeThreads = 128;
 
+/* cos and sin of pair j's angle at position p. Not inlined on purpose: k_rope_pairs and
+ * k_norm_rope call this one compiled function, so their angles cannot differ by how nvcc
+ * contracted or scheduled the double pow / sincos inlined into two kernels. */
+__device__ __noinline__ float2 rope_angle(double p, int32_t j, int32_t hd, float theta_base, float freq_scale) {
+    const float invf = __fmul_rn((float)pow((double)theta_base, -2.0 * j / (double)hd), freq_scale);
+    double s, c;
+    sincos(p * (double)invf, &s, &c);
+    return make_float2((float)c, (float)s);
+}
+
 __global__ void __launch_bounds__(kRopeThreads)
     k_rope_pairs(float *x, int32_t n_heads, int32_t hd, int32_t n_pairs, const int32_t *pos, float theta_base,
                  float freq_scale) {
@@ -173,11 +240,9 @@ __global__ void __launch_bounds__(kRopeThreads)
     const int64_t r = blockIdx.x;
     const double p = (double)pos[r];
     for (int32_t j = threadIdx.x; j < n_pairs; j += kRopeThreads) {
-        const float invf = __fmul_rn((float)pow((double)theta_base, -2.0 * j / (double)hd), freq_scale);
-        double s, c;
-        sincos(p * (double)invf, &s, &c);
-        cs[j] = (float)c;
-        sn[j] = (float)s;
+        const float2 a = rope_angle(p, j, hd, theta_base, freq_scale);
+        cs[j] = a.x;
+        sn[j] = a.y;
     }
     __syncthreads();
     const int32_t half = hd / 2;
@@ -189,6 +254,60 @@ __global__ void __launch_bounds__(kRopeThreads)
         const float a = v[j], b = v[j + half];
         v[j] = __fsub_rn(__fmul_rn(a, cs[j]), __fmul_rn(b, sn[j]));
         v[j + half] = __fadd_rn(__fmul_rn(b, cs[j]), __fmul_rn(a, sn[j]));
+    }
+}
+
+/* norm_rope, one 256-thread block per (row, head) (blockIdx.x = row * n_heads + head, the
+ * row index k_rmsnorm gets for m * n_heads rows of hd): the head is normed as k_rmsnorm does
+ * into shared memory, then rotated as k_rope_pairs does. hd <= kMaxHd (lsc_rope_pairs' limit:
+ * hd / 2 <= 512, hd even). */
+constexpr int kMaxHd = 1024;
+
+__global__ void __launch_bounds__(kThreads)
+    k_norm_rope(float *x, const float *w, int32_t n_heads, int32_t hd, float eps, int32_t n_pairs, const int32_t *pos,
+                float theta_base, float freq_scale) {
+    __shared__ float red[kThreads / 32];
+    __shared__ float v[kMaxHd], cs[kMaxHd / 2], sn[kMaxHd / 2];
+    const int64_t row = blockIdx.x;
+    float *xr = x + row * (int64_t)hd;
+    float s = 0.0f;
+    for (int32_t i = threadIdx.x; i < hd; i += kThreads) s = fmaf(xr[i], xr[i], s);
+    const float scale = rms_scale(block_sum_sq(s, red), hd, eps);
+    for (int32_t i = threadIdx.x; i < hd; i += kThreads) v[i] = rms_elt(xr[i], scale, w, i);
+    const double p = (double)pos[row / n_heads];
+    for (int32_t j = threadIdx.x; j < n_pairs; j += kThreads) {
+        const float2 a = rope_angle(p, j, hd, theta_base, freq_scale);
+        cs[j] = a.x;
+        sn[j] = a.y;
+    }
+    __syncthreads();
+    const int32_t half = hd / 2;
+    for (int32_t i = threadIdx.x; i < hd; i += kThreads) {
+        float o = v[i]; /* pairs j >= n_pairs (and an odd hd's middle element) stay as normed */
+        if (i < half) {
+            if (i < n_pairs) o = __fsub_rn(__fmul_rn(v[i], cs[i]), __fmul_rn(v[i + half], sn[i]));
+        } else {
+            const int32_t j = i - half;
+            if (j < n_pairs) o = __fadd_rn(__fmul_rn(v[i], cs[j]), __fmul_rn(v[j], sn[j]));
+        }
+        xr[i] = o;
+    }
+}
+
+/* kv_store2: k_store_f16's conversion for both caches in one grid. */
+__global__ void k_store2_f16(__half *dk, __half *dv, const float *k, const float *v, int64_t n) {
+    GRID_STRIDE(i, n) {
+        dk[i] = __float2half_rn(k[i]);
+        dv[i] = __float2half_rn(v[i]);
+    }
+}
+
+/* kv_store2 into f32 caches: the bytes, as the two cudaMemcpyAsync of kv_store copy them
+ * (32-bit words moved through registers, never through a float operation). */
+__global__ void k_copy2_u32(uint32_t *dk, uint32_t *dv, const uint32_t *k, const uint32_t *v, int64_t n) {
+    GRID_STRIDE(i, n) {
+        dk[i] = k[i];
+        dv[i] = v[i];
     }
 }
 
@@ -211,7 +330,33 @@ void lsc_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const float 
 void lsc_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
-    k_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(x, w, n, eps);
+    k_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(x, x, w, n, eps);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_rmsnorm_to(cudaStream_t st, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps) {
+    if (m <= 0 || n <= 0) return;
+    LSC_REQUIRE(m <= INT32_MAX);
+    k_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(dst, src, w, n, eps);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
+                     const float *w_pre, int64_t m, int64_t n, float eps) {
+    if (m <= 0 || n <= 0) return;
+    LSC_REQUIRE(m <= INT32_MAX);
+    k_add_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
+                   int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
+    if (m <= 0 || n_heads <= 0 || hd <= 0) return;
+    /* no rotated pair: the rope op is a no-op, the sequence is the norm alone */
+    if (n_pairs <= 0) return lsc_rmsnorm(st, x, w, m * n_heads, hd, eps);
+    LSC_REQUIRE(hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 && m * n_heads <= INT32_MAX);
+    k_norm_rope<<<(unsigned)(m * n_heads), kThreads, 0, st>>>(x, w, n_heads, hd, eps, n_pairs, pos, theta_base,
+                                                               freq_scale);
     LSC_CHECK_LAUNCH();
 }
 
@@ -266,6 +411,16 @@ void lsc_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, int64_
         return;
     }
     k_store_f16<<<elt_blocks(n), kThreads, 0, st>>>((__half *)dst, src, n);
+    LSC_CHECK_LAUNCH();
+}
+
+void lsc_kv_store2(cudaStream_t st, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n) {
+    if (n <= 0) return;
+    if (f32)
+        k_copy2_u32<<<elt_blocks(n), kThreads, 0, st>>>((uint32_t *)dk, (uint32_t *)dv, (const uint32_t *)k,
+                                                        (const uint32_t *)v, n);
+    else
+        k_store2_f16<<<elt_blocks(n), kThreads, 0, st>>>((__half *)dk, (__half *)dv, k, v, n);
     LSC_CHECK_LAUNCH();
 }
 
