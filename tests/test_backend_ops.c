@@ -70,12 +70,17 @@ static const uint32_t SENTINEL = 0x7fa5a5a5u; /* a NaN pattern no op of ours wri
 typedef struct {
     double cpu, dev;
 } tolpair;
-/* float weights (F32/F16/BF16) and MLX affine: f32 activations and a fixed f32 summation
- * order: only f32 rounding (~3e-7 for K <= 768). */
+/* float weights (F32/F16/BF16): f32 activations and a fixed f32 summation order: only f32
+ * rounding (~3e-7 for K <= 768). */
 static const tolpair TOL_MM_FLOAT = {1e-5, 1e-5};
+/* MLX affine: the CPU as float weights. The CUDA integer path (mmq.cu: MLX 4/8-bit, Q8_0,
+ * Q4_K, Q6_K) carries activations as 16-bit fixed point per block of 32 (~2e-5 relative
+ * rms), on purpose: it is what lets decode reach the memory roofline; the other types keep
+ * the f32 kernel (~2e-7). */
+static const tolpair TOL_MM_MLX = {1e-5, 2e-4};
 /* GGUF quantized weights: the CPU quantizes activations to 8 bits (Q8_0 blocks of 32, Q8_K
  * blocks of 256): ~0.5% relative rms per element, 0.65-0.9% per output row seen. */
-static const tolpair TOL_MM_QUANT = {2e-2, 1e-5};
+static const tolpair TOL_MM_QUANT = {2e-2, 2e-4};
 /* get_rows is dequantization: the CPU is bit-exact with dequantize_row; a device may round
  * d * q + m differently by an ulp. */
 static const tolpair TOL_GET_ROWS = {1e-6, 1e-6};
@@ -710,7 +715,9 @@ static void test_matmul(void **state) {
             snprintf(fold, sizeof fold, "%s", tw.label);
         type_line *tl = type_line_of(lines, &nl, fold);
         float *res[MAX_DEV] = {0};
-        const tolpair tp = is_float_type(c->type) ? TOL_MM_FLOAT : TOL_MM_QUANT;
+        const tolpair tp = c->type == LS_TYPE_MLX_AFFINE ? TOL_MM_MLX
+                           : is_float_type(c->type)      ? TOL_MM_FLOAT
+                                                         : TOL_MM_QUANT;
         for (int k = 0; k < g_ndev; k++) {
             tdev *d = &g_dev[k];
             if (c->cpu_only && !d->is_cpu) continue;

@@ -10,7 +10,8 @@
  *      16,17,31,33,64} (and 512 for one type), memcmp-equal to that row computed alone
  *      (M = 1); also as part of a call whose rows start at an offset (other tile slots) and
  *      with activations at a 4-byte (not 16-byte) aligned address;
- *  (b) accuracy: per activation row, ||y - y_ref|| / ||y_ref|| < 1e-5, y_ref in double from
+ *  (b) accuracy: per activation row, ||y - y_ref|| / ||y_ref|| < 1e-5 (2e-4 for the types of
+ *      the integer path, mmq.cu: 16-bit activations), y_ref in double from
  *      the CPU reference dequantizer (ls_type_get()->dequantize_row,
  *      ls_mlx_affine_dequantize_row);
  *  (c) get_rows bit-identical to the CPU dequantizer (and zero rows for out-of-range ids);
@@ -54,6 +55,22 @@ namespace {
             exit(1);                                                                                               \
         }                                                                                                          \
     } while (0)
+
+/* Activation scratch of the integer matmul (cuda_matmul.h): 512 rows of the widest K used
+ * here (larger calls run in passes). */
+size_t g_scratch_bytes;
+void *g_scratch;
+void *scratch() {
+    if (!g_scratch) {
+        g_scratch_bytes = ls_cuda_mmq_scratch_bytes(512, 21504);
+        CK(cudaMalloc(&g_scratch, g_scratch_bytes));
+    }
+    return g_scratch;
+}
+size_t scratch_bytes() {
+    scratch();
+    return g_scratch_bytes;
+}
 
 uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 uint64_t rnd() {
@@ -196,7 +213,7 @@ void cpu_row(const Weight &W, int64_t n, float *dst) {
 bool run_mm(const Weight &W, const float *dx, int64_t M, float *dy, std::vector<float> &out, const char *what) {
     const int64_t N = W.w.rows;
     CK(cudaMemset(dy, 0xff, (size_t)M * N * sizeof(float)));
-    const int rc = ls_cuda_matmul(0, &W.w, dx, M, dy);
+    const int rc = ls_cuda_matmul(0, &W.w, dx, M, dy, scratch(), scratch_bytes());
     if (rc != 0) {
         printf("  %s: ls_cuda_matmul returned %d\n", what, rc);
         return false;
@@ -272,7 +289,9 @@ bool test_case(const Case &c, bool quick) {
         else if (ok) cmp_rows(y, 5, 1, "x unaligned");
     }
 
-    /* (b) accuracy vs double */
+    /* (b) accuracy vs double: f32 kernel ~3e-7; the integer path's 16-bit activations
+     * (mmq.cu) ~2e-5 */
+    const double tol = ls_cuda_mmq_key(&W.w) >= 0 ? 2e-4 : 1e-5;
     double worst = 0;
     if (ok) {
         std::vector<float> Wf((size_t)N * K);
@@ -288,10 +307,10 @@ bool test_case(const Case &c, bool quick) {
                 e2 += d * d, r2 += s * s;
             }
             const double rel = sqrt(e2 / (r2 > 0 ? r2 : 1e-300));
-            if (!(rel < 1e-5)) ok = false;
+            if (!(rel < tol)) ok = false;
             if (rel > worst || rel != rel) worst = rel;
         }
-        if (!(worst < 1e-5)) printf("  accuracy: max rel L2 %.3g >= 1e-5\n", worst);
+        if (!(worst < tol)) printf("  accuracy: max rel L2 %.3g >= %.0e\n", worst, tol);
     }
 
     /* (c) get_rows */
@@ -395,12 +414,12 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
         if (onlym && atoll(onlym) != M) continue;
         const int iters = M >= 512 ? 6 : 60;
         for (int i = 0; i < NC; i++)
-            if (ls_cuda_matmul(0, &ws[i], dx, M, dy) != 0) {
+            if (ls_cuda_matmul(0, &ws[i], dx, M, dy, scratch(), scratch_bytes()) != 0) {
                 printf(" unsupported\n");
                 return;
             }
         CK(cudaEventRecord(e0));
-        for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, M, dy);
+        for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, M, dy, scratch(), scratch_bytes());
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms;
@@ -516,7 +535,7 @@ int main(int argc, char **argv) {
         memset(&w, 0, sizeof w);
         w.type = LS_TYPE_Q8_K, w.rows = 4, w.cols = 256, w.row_bytes = ls_row_size(LS_TYPE_Q8_K, 256);
         w.data = (void *)256;
-        const int rc = ls_cuda_matmul(0, &w, (const float *)256, 1, (float *)256);
+        const int rc = ls_cuda_matmul(0, &w, (const float *)256, 1, (float *)256, scratch(), scratch_bytes());
         printf("%s q8_k unsupported -> %d\n", rc == -1 ? "PASS" : "FAIL", rc);
         fails += rc != -1;
     }

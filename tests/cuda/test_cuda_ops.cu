@@ -761,7 +761,11 @@ bool cuda_supports(const MMWeight &mw) {
     if (cudaMalloc(&x, (size_t)d.cols * 4) != cudaSuccess || cudaMalloc(&y, (size_t)d.rows * 4) != cudaSuccess)
         die("cudaMalloc");
     cudaMemset(x, 0, (size_t)d.cols * 4);
-    const int rc = ls_cuda_matmul(0, &d, x, 1, y);
+    void *scr = nullptr;
+    const size_t scr_bytes = ls_cuda_mmq_scratch_bytes(1, d.cols);
+    if (cudaMalloc(&scr, scr_bytes) != cudaSuccess) die("cudaMalloc");
+    const int rc = ls_cuda_matmul(0, &d, x, 1, y, scr, scr_bytes);
+    cudaFree(scr);
     if (cudaDeviceSynchronize() != cudaSuccess) die("probe matmul failed");
     for (int i = 0; i < 3; i++) cudaFree(p[i]);
     cudaFree(x);

@@ -284,6 +284,7 @@ void cu_unmap_const(const void *host) {
 
 constexpr size_t kStagingBytes = (size_t)8 << 20; /* overlapping copies, in pieces of this */
 constexpr int kGraphCache = 16;
+constexpr int64_t QB_MIN = 32; /* scratch for at least one 32-element block */
 
 struct GraphEntry {
     int64_t key;
@@ -297,6 +298,8 @@ struct CudaBackend {
     char *staging;
     float *attn_scratch;
     size_t attn_bytes;
+    void *mm_scratch; /* quantized activations of the integer matmul (mmq.cu) */
+    size_t mm_bytes;
     bool graphs;  /* LOCKSTEP_CUDA_GRAPHS != "0" */
     bool in_step; /* between step_begin and step_end */
     int64_t step_key;
@@ -465,11 +468,11 @@ ls_weight translate(const ls_weight *w) {
 }
 
 void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, float *y) {
-    (void)be;
     if (m <= 0) return;
     QueueLock q;
     const ls_weight d = translate(w);
-    if (ls_cuda_matmul(g_stream, &d, x, m, y) != 0)
+    CudaBackend *c = impl_of(be);
+    if (ls_cuda_matmul(g_stream, &d, x, m, y, c->mm_scratch, c->mm_bytes) != 0)
         LSC_FATAL("matmul: weight type %s (%d), %lld x %lld, unsupported by the CUDA matmul", ls_type_name(w->type),
                   (int)w->type, (long long)w->rows, (long long)w->cols);
 }
@@ -663,6 +666,7 @@ void cu_free(ls_backend *be) {
     for (int i = 0; i < c->n_cache; i++) LSC_CHECK(cudaGraphExecDestroy(c->cache[i].exec));
     if (c->staging) LSC_CHECK(cudaFree(c->staging));
     if (c->attn_scratch) LSC_CHECK(cudaFree(c->attn_scratch));
+    if (c->mm_scratch) LSC_CHECK(cudaFree(c->mm_scratch));
     if (c->done) LSC_CHECK(cudaEventDestroy(c->done));
     if (--g_stream_users == 0) {
         LSC_CHECK(cudaStreamSynchronize(g_stream));
@@ -744,7 +748,10 @@ ls_backend *cu_create(const ls_backend_params *p) {
     c->attn_bytes = lsc_attention_scratch_bytes(p->max_rows, p->max_cols, p->max_keys);
     c->staging = (char *)create_alloc(kStagingBytes, "copy staging buffer");
     c->attn_scratch = c->staging ? (float *)create_alloc(c->attn_bytes, "attention scratch") : nullptr;
-    if (!c->attn_scratch) {
+    /* rows beyond max_rows run in several passes (mmq.cu), so one row's worth suffices */
+    c->mm_bytes = ls_cuda_mmq_scratch_bytes(p->max_rows > 0 ? p->max_rows : 1, p->max_cols > 0 ? p->max_cols : QB_MIN);
+    c->mm_scratch = c->attn_scratch ? create_alloc(c->mm_bytes, "matmul activation scratch") : nullptr;
+    if (!c->mm_scratch) {
         q.lk.unlock();
         cu_free(&c->base);
         return nullptr;

@@ -1,6 +1,7 @@
-/* CUDA matmul and embedding gather for every weight type (matmul.cu, dequant.cuh).
+/* CUDA matmul and embedding gather for every weight type (matmul.cu, dequant.cuh; the
+ * integer-dot path for the main quantized types in mmq.cu, described there).
  *
- * Batch invariance (docs/cuda.md section 2): there is ONE kernel per weight type and it
+ * Batch invariance of the f32 kernel (docs/cuda.md section 2): there is ONE kernel per weight type and it
  * serves every M. Each output y[m][n] is reduced over K in one fixed order that depends
  * only on the weight's type and shape: k-slot s (0..15) accumulates the chunks
  * ci = s, s + 16, s + 32, .. of row n in increasing order with fmaf into two chains (even
@@ -18,6 +19,7 @@
 #ifndef LS_KERNELS_CUDA_CUDA_MATMUL_H
 #define LS_KERNELS_CUDA_CUDA_MATMUL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -30,9 +32,21 @@ extern "C" {
 
 /* y[m][w->rows] = W x[m][w->cols], all f32 row-major. w->data (and for LS_TYPE_MLX_AFFINE
  * w->scales, w->biases) are DEVICE pointers; x, y device pointers; launched on stream st,
- * no synchronization, no allocation. Returns 0, or -1 if the weight type/shape is
- * unsupported (nothing launched). m == 0 launches nothing and returns 0. */
-int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y);
+ * no synchronization, no allocation. Weights with an integer path (ls_cuda_mmq_key >= 0:
+ * MLX 4/8-bit, Q8_0, Q4_K, Q6_K with K a multiple of 32) go to mmq.cu, which needs `scratch`
+ * (device memory, 16-byte aligned, ls_cuda_mmq_scratch_bytes(rows, cols) for `rows` rows
+ * per pass; more rows run in several passes); the others to the f32 kernel of matmul.cu,
+ * which ignores it. Returns 0, or -1 if the weight type/shape is unsupported or the
+ * scratch cannot hold one row (nothing launched). m == 0 launches nothing and returns 0. */
+int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
+                   size_t scratch_bytes);
+
+/* The integer-dot matmul (mmq.cu): its dispatch key for w, -1 when w takes the f32 kernel;
+ * the scratch it needs for `rows` activation rows of `cols` elements; the call itself. */
+int ls_cuda_mmq_key(const ls_weight *w);
+size_t ls_cuda_mmq_scratch_bytes(int64_t rows, int64_t cols);
+int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
+                size_t scratch_bytes);
 
 /* dst[i][w->cols] = dequantized row ids[i] of the table w (ids: device int32 array of n),
  * bit-identical to the CPU reference dequantizer. Same rules as ls_cuda_matmul; ids out of

@@ -29,6 +29,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "kernels/backend.h"
+
 namespace lsq {
 
 /* ---- the per-launch weight description (passed by value to kernels) ---- */
@@ -43,6 +45,7 @@ struct Ctx {
     int sb_kind;        /* 0 f32, 1 f16, 2 bf16 */
     int gshift;         /* log2(group / 32) */
     int64_t ng;         /* groups per row */
+    int kw;             /* mmq.cu: k-warps (a function of the shape) */
 };
 
 /* ---- conversions ---- */
@@ -699,6 +702,10 @@ struct TMlx {
         }
     }
 };
+
+/* Validates w for the CUDA matmuls and fills c; returns the dispatch key (the ls_type, or
+ * 100 + bits for MLX affine), -1 if unsupported (matmul.cu). */
+int mm_prepare(const ls_weight *w, Ctx &c);
 
 } // namespace lsq
 

@@ -340,9 +340,11 @@ int launch_gr(cudaStream_t st, const Ctx &c, const int32_t *ids, int64_t n, floa
     return 0;
 }
 
+} // namespace
+
 /* Validates w and fills c; returns the dispatch key (type, or 100 + bits for MLX), -1 if
  * unsupported. */
-int prepare(const ls_weight *w, Ctx &c) {
+int lsq::mm_prepare(const ls_weight *w, Ctx &c) {
     if (!w || !w->data || w->rows <= 0 || w->cols <= 0 || w->cols > 0x3fffffff) return -1;
     const uintptr_t d = (uintptr_t)w->data;
     c = Ctx{};
@@ -388,16 +390,16 @@ int prepare(const ls_weight *w, Ctx &c) {
     }
 }
 
-} // namespace
-
 extern "C" int ls_cuda_matmul_supported(const ls_weight *w) {
     Ctx c;
-    return prepare(w, c) >= 0;
+    return lsq::mm_prepare(w, c) >= 0;
 }
 
-extern "C" int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y) {
+extern "C" int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
+                              size_t scratch_bytes) {
+    if (ls_cuda_mmq_key(w) >= 0) return ls_cuda_mmq(st, w, x, m, y, scratch, scratch_bytes);
     Ctx c;
-    const int key = prepare(w, c);
+    const int key = lsq::mm_prepare(w, c);
     if (key < 0 || m < 0 || (m > 0 && (!x || !y)) || ((uintptr_t)x % 4) != 0) return -1;
     if (m == 0) return 0;
     switch (key) {
@@ -424,7 +426,7 @@ extern "C" int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *
 
 extern "C" int ls_cuda_get_rows(cudaStream_t st, const ls_weight *w, const int32_t *ids, int64_t n, float *dst) {
     Ctx c;
-    const int key = prepare(w, c);
+    const int key = lsq::mm_prepare(w, c);
     if (key < 0 || n < 0 || (n > 0 && (!ids || !dst))) return -1;
     if (n == 0) return 0;
     switch (key) {

@@ -1,0 +1,586 @@
+/* Integer-dot matmul for the weight types that carry most of the bytes of the models this
+ * engine is for (MLX affine 4/8-bit: Gemma 4 31B QAT; Q8_0, Q4_K, Q6_K: GGUF LM heads,
+ * attention and MLP). cuda_matmul.h states the contract; docs/cuda.md section 2a explains
+ * the numerics.
+ *
+ * Why: the f32 kernel (matmul.cu) dequantizes every weight exactly and spends ~8
+ * instructions per weight element, which caps decode at 22-46% of HBM bandwidth and makes a
+ * 4-row verify block cost ~1.7 one-row steps. Here the activations are converted once per
+ * call to a 16-bit fixed-point form and the weights' integers meet them in dp4a dot
+ * products: ~1.3 instructions per weight element at M = 1, ~3.5 at M = 4.
+ *
+ * Activations (quant_x_kernel): each row is cut into blocks of 32 elements; a block stores
+ *   dx = amax / 32639 (amax = max |x| of the block), v_e = round(x_e / dx) in [-32639, 32639]
+ *   split as v = 256 h + l with h in [-127, 127] and l in [-128, 127] (two int8 planes),
+ *   X = sum of the block's f32 x (fixed butterfly order) and V0, V1 = sum of v over each half.
+ * x_e is thus represented to within dx / 2 = amax / 65278: ~2e-5 relative rms per row,
+ * far finer than the CPU backend's 8-bit activations for GGUF types and well inside the
+ * 1e-2 the goldens allow. The planes are stored in the order the weight's integers unpack
+ * (MLX 4-bit: even elements of each 8 then odd ones, the nibble order of a 32-bit word).
+ *
+ * Dot products: for a 32-element block b of weight row n with integer codes q_e and
+ * dequantized value A q_e + B (per type: MLX s q + b; Q8_0 d q; Q4_K d sc q - dmin m;
+ * Q6_K d sc (q - 32), per 16-element half), the exact integer S = 256 sum(q h) + sum(q l)
+ * (dp4a, int32, no overflow: |S| < 2^31 for every type here) gives
+ *   acc = fmaf(A * dx, (float)S, acc); acc = fmaf(B, X, acc)
+ * (Q6_K: S - 32 V per half, no bias term). Integer sums are exact, so their order is
+ * irrelevant; the float steps happen per block in increasing block order.
+ *
+ * Batch invariance (docs/cuda.md section 2): ONE kernel body per weight type for every M.
+ * A warp computes 4 weight rows; with KW k-warps (1, 2 or 4, a function of the weight's
+ * shape) lane L of k-warp kw takes the lane chunks kw 32 + L + 32 KW j (a chunk is one or
+ * two 32-element blocks) and accumulates them in increasing order into one f32 per (weight
+ * row, activation row); the 32 lanes are combined by a fixed xor butterfly (16, 8, 4, 2,
+ * 1), then the k-warps in kw order. M decides only how many activation tiles run and which
+ * compilation of the body serves them (tiles of up to 1, 2, 4 or 8 rows: the same
+ * arithmetic per row), padding rows are skipped (a uniform branch, never different
+ * arithmetic), and a row's quantized activations depend on that row alone. So row m's bits
+ * are the same whether the call has 1 or 512 rows (test_backend_ops and
+ * tests/cuda/test_cuda_matmul.cu check every M bit for bit). Which kernel serves a weight
+ * (this one or matmul.cu's) is decided by the weight alone (type, K, alignment). */
+#include <stdint.h>
+
+#include <atomic>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_matmul.h"
+#include "kernels/cuda/dequant.cuh"
+
+namespace {
+
+using namespace lsq;
+
+constexpr int QB = 32;             /* activation block */
+constexpr int WR = 4;              /* weight rows per warp */
+constexpr int WARPS = 4;           /* warps per block */
+constexpr int R = 8;               /* activation rows per tile */
+constexpr float QMAX = 32639.0f;   /* |v| <= 32639 keeps h = (v + 128) >> 8 in [-127, 127] */
+constexpr int XB_BYTES = 2 * QB;   /* h plane then l plane of one block */
+
+/* Block metadata, 16 bytes: dx, X (f32), V0, V1 (int32 bits). */
+struct Meta {
+    float dx, X;
+    int v0, v1;
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Activation quantization: 8 threads per block of 32 (a float4 each), fixed reductions. */
+
+/* Position of block element e (0..31) in its planes. IL: the MLX 4-bit nibble order. */
+template <bool IL>
+__device__ __forceinline__ int plane_pos(int e) {
+    if (!IL) return e;
+    const int g = e >> 3, i = e & 7;
+    return 8 * g + (i & 1) * 4 + (i >> 1);
+}
+
+template <bool IL, bool X16>
+__global__ void __launch_bounds__(256) quant_x_kernel(const float *__restrict__ x, int64_t K, int64_t quads,
+                                                      int8_t *__restrict__ xq, Meta *__restrict__ xm) {
+    const int64_t t = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    const bool live = t < quads; /* quads is a multiple of 8: 8-lane groups are all live or all not */
+    const int64_t tq = live ? t : quads - 1;
+    const int64_t kq = K / 4;
+    const int64_t row = tq / kq, qi = tq % kq;
+    const int64_t blk = row * (K / QB) + qi / 8; /* block index over all rows */
+    const int j = (int)(qi % 8);                 /* quad within the block */
+    /* the same four values whether read as one float4 or one by one */
+    float4 v;
+    if (X16) {
+        v = __ldg(reinterpret_cast<const float4 *>(x + row * K) + qi);
+    } else {
+        const float *p = x + row * K + 4 * qi;
+        v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+    }
+
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    float s = ((v.x + v.y) + v.z) + v.w;
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        s = s + __shfl_xor_sync(0xffffffffu, s, o);
+    }
+    /* A non-finite block makes its outputs NaN (dx = NaN, codes 0), as f32 math would. */
+    const bool fin = isfinite(amax);
+    const float inv = (fin && amax > 0.0f) ? QMAX / amax : 0.0f;
+    const float dx = fin ? amax / QMAX : __int_as_float(0x7fc00000);
+    const float e4[4] = {v.x, v.y, v.z, v.w};
+    int isum = 0;
+    int8_t h[4], l[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        int q = __float2int_rn(e4[e] * inv);
+        q = q > 32639 ? 32639 : q < -32639 ? -32639 : q;
+        const int hh = (q + 128) >> 8;
+        h[e] = (int8_t)hh;
+        l[e] = (int8_t)(q - 256 * hh);
+        isum += q;
+    }
+    isum += __shfl_xor_sync(0xffffffffu, isum, 1);
+    isum += __shfl_xor_sync(0xffffffffu, isum, 2);
+    const int other = __shfl_xor_sync(0xffffffffu, isum, 4); /* the other half's sum */
+    if (!live) return;
+    int8_t *ob = xq + blk * XB_BYTES;
+    if (!IL) {
+        uint32_t hw = 0, lw = 0;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            hw |= (uint32_t)(uint8_t)h[e] << (8 * e);
+            lw |= (uint32_t)(uint8_t)l[e] << (8 * e);
+        }
+        *reinterpret_cast<uint32_t *>(ob + 4 * j) = hw;
+        *reinterpret_cast<uint32_t *>(ob + QB + 4 * j) = lw;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int p = plane_pos<true>(4 * j + e);
+            ob[p] = h[e];
+            ob[QB + p] = l[e];
+        }
+    }
+    if (j == 0) xm[blk] = Meta{dx, s, isum, other};
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Weight traits: a lane chunk of XB activation blocks (E = 32 XB elements). load() reads
+ * the chunk's raw bytes, prep() its scales, then for each block b the dot product with the
+ * block's planes is folded into the accumulator by acc_block(). */
+
+__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
+    return __dp4a((int)a, (int)b, c);
+}
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* 16 weight bytes that bypass L1 (streamed once), so L1 keeps the activation planes that
+ * every warp of the SM re-reads; 2-byte aligned fallback as ld16. */
+__device__ __forceinline__ void ldw16(uint32_t *o, const uint8_t *p, int a16) {
+    if (a16) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(o[0]), "=r"(o[1]), "=r"(o[2]), "=r"(o[3])
+                     : "l"(p));
+    } else {
+        ld_a2<4>(o, p);
+    }
+}
+
+/* The planes of one activation block: h[8], l[8] words, and its metadata. */
+struct XBlk {
+    uint32_t h[8], l[8];
+    Meta m;
+};
+__device__ __forceinline__ void load_xblk(XBlk &o, const int8_t *xq, const Meta *xm, int64_t blk) {
+    const uint4 *p = reinterpret_cast<const uint4 *>(xq + blk * XB_BYTES);
+    const uint4 a = __ldg(p), b = __ldg(p + 1), c = __ldg(p + 2), d = __ldg(p + 3);
+    o.h[0] = a.x, o.h[1] = a.y, o.h[2] = a.z, o.h[3] = a.w;
+    o.h[4] = b.x, o.h[5] = b.y, o.h[6] = b.z, o.h[7] = b.w;
+    o.l[0] = c.x, o.l[1] = c.y, o.l[2] = c.z, o.l[3] = c.w;
+    o.l[4] = d.x, o.l[5] = d.y, o.l[6] = d.z, o.l[7] = d.w;
+    const float4 m = __ldg(reinterpret_cast<const float4 *>(xm + blk));
+    o.m = Meta{m.x, m.y, __float_as_int(m.z), __float_as_int(m.w)};
+}
+
+/* S = 256 sum(q h) + sum(q l) over words [w0, w0 + n) of u (signed or unsigned bytes). */
+template <bool U, int N>
+__device__ __forceinline__ int dot_words(const uint32_t *u, const XBlk &x, int w0) {
+    int sh = 0, sl = 0;
+#pragma unroll
+    for (int w = 0; w < N; w++) {
+        if (U) {
+            sh = dp4a_us(u[w], x.h[w0 + w], sh);
+            sl = dp4a_us(u[w], x.l[w0 + w], sl);
+        } else {
+            sh = dp4a_ss(u[w], x.h[w0 + w], sh);
+            sl = dp4a_ss(u[w], x.l[w0 + w], sl);
+        }
+    }
+    return sh * 256 + sl;
+}
+
+/* MLX affine 4-bit: chunk = 32 elements = 16 bytes; value s q + b (s, b per group). The
+ * low nibbles of a word are elements 0, 2, 4, 6 of its 8, the high ones 1, 3, 5, 7: the
+ * planes are stored in that order (plane_pos<true>). */
+struct QMlx4 {
+    static constexpr int XB = 1;
+    static constexpr bool IL = true;
+    struct Raw {
+        uint32_t q[4], s, b;
+    };
+    static __device__ __forceinline__ void load(Raw &r, const Ctx &c, const uint8_t *row, const uint8_t *sc,
+                                                const uint8_t *bi, int ci) {
+        ldw16(r.q, row + 16 * ci, c.a16);
+        const int g = ci >> c.gshift;
+        r.s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
+        r.b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
+    }
+    struct Prep {
+        uint32_t u[8];
+        float s, b;
+    };
+    static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &c) {
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            p.u[w] = r.q[w] & 0x0f0f0f0fu;            /* elements 8w + 0, 2, 4, 6 */
+            p.u[4 + w] = (r.q[w] >> 4) & 0x0f0f0f0fu; /* elements 8w + 1, 3, 5, 7 */
+        }
+        p.s = c.sb_kind == 0 ? __uint_as_float(r.s) : c.sb_kind == 1 ? f16f(r.s) : bf16f(r.s);
+        p.b = c.sb_kind == 0 ? __uint_as_float(r.b) : c.sb_kind == 1 ? f16f(r.b) : bf16f(r.b);
+    }
+    /* plane word 2w = quad (8w + 0, 2, 4, 6), 2w + 1 = (8w + 1, 3, 5, 7) */
+    static __device__ __forceinline__ float acc_block(float acc, const Prep &p, int, const XBlk &x) {
+        int sh = 0, sl = 0;
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            sh = dp4a_ss(p.u[w], x.h[2 * w], sh);
+            sl = dp4a_ss(p.u[w], x.l[2 * w], sl);
+            sh = dp4a_ss(p.u[4 + w], x.h[2 * w + 1], sh);
+            sl = dp4a_ss(p.u[4 + w], x.l[2 * w + 1], sl);
+        }
+        const int S = sh * 256 + sl;
+        acc = fmaf(p.s * x.m.dx, (float)S, acc);
+        return fmaf(p.b, x.m.X, acc);
+    }
+};
+
+/* MLX affine 8-bit: chunk = 32 elements = 32 bytes of unsigned codes. */
+struct QMlx8 {
+    static constexpr int XB = 1;
+    static constexpr bool IL = false;
+    struct Raw {
+        uint32_t q[8], s, b;
+    };
+    static __device__ __forceinline__ void load(Raw &r, const Ctx &c, const uint8_t *row, const uint8_t *sc,
+                                                const uint8_t *bi, int ci) {
+        ldw16(r.q, row + 32 * ci, c.a16);
+        ldw16(r.q + 4, row + 32 * ci + 16, c.a16);
+        const int g = ci >> c.gshift;
+        r.s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
+        r.b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
+    }
+    struct Prep {
+        uint32_t u[8];
+        float s, b;
+    };
+    static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &c) {
+#pragma unroll
+        for (int w = 0; w < 8; w++) p.u[w] = r.q[w];
+        p.s = c.sb_kind == 0 ? __uint_as_float(r.s) : c.sb_kind == 1 ? f16f(r.s) : bf16f(r.s);
+        p.b = c.sb_kind == 0 ? __uint_as_float(r.b) : c.sb_kind == 1 ? f16f(r.b) : bf16f(r.b);
+    }
+    static __device__ __forceinline__ float acc_block(float acc, const Prep &p, int, const XBlk &x) {
+        const int S = dot_words<true, 8>(p.u, x, 0);
+        acc = fmaf(p.s * x.m.dx, (float)S, acc);
+        return fmaf(p.b, x.m.X, acc);
+    }
+};
+
+/* Q8_0: chunk = one block {f16 d; i8 q[32]} (34 bytes, 2-byte aligned); value d q. */
+struct QQ8_0 {
+    static constexpr int XB = 1;
+    static constexpr bool IL = false;
+    struct Raw {
+        uint32_t q[8], d;
+    };
+    static __device__ __forceinline__ void load(Raw &r, const Ctx &, const uint8_t *row, const uint8_t *,
+                                                const uint8_t *, int ci) {
+        const uint8_t *b = row + 34 * ci;
+        r.d = ldh(b);
+        ld_a2<8>(r.q, b + 2);
+    }
+    struct Prep {
+        uint32_t u[8];
+        float d;
+    };
+    static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &) {
+#pragma unroll
+        for (int w = 0; w < 8; w++) p.u[w] = r.q[w];
+        p.d = f16f(r.d);
+    }
+    static __device__ __forceinline__ float acc_block(float acc, const Prep &p, int, const XBlk &x) {
+        const int S = dot_words<false, 8>(p.u, x, 0);
+        return fmaf(p.d * x.m.dx, (float)S, acc);
+    }
+};
+
+/* Q4_K: chunk = group g of a 256-block (64 elements: sub-blocks 2g (low nibbles of
+ * qs[32g..32g+32)) and 2g + 1 (high nibbles)), value d sc q - dmin m per sub-block. */
+struct QQ4_K {
+    static constexpr int XB = 2;
+    static constexpr bool IL = false;
+    struct Raw {
+        uint32_t h[4], q[8];
+    };
+    static __device__ __forceinline__ void load(Raw &r, const Ctx &c, const uint8_t *row, const uint8_t *,
+                                                const uint8_t *, int ci) {
+        const uint8_t *b = row + 144 * (ci >> 2);
+        const int g = ci & 3;
+        ld16(r.h, b, c.a16);
+        ldw16(r.q, b + 16 + 32 * g, c.a16);
+        ldw16(r.q + 4, b + 32 + 32 * g, c.a16);
+    }
+    struct Prep {
+        uint32_t u[16];
+        float a[2], m[2];
+    };
+    static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int ci) {
+        const float d = f16f(r.h[0]), dmin = f16f(r.h[0] >> 16);
+        uint32_t sc, mn;
+        k4_pair(r.h[1], r.h[2], r.h[3], ci & 3, sc, mn);
+        p.a[0] = d * (float)(sc & 0xffu);
+        p.a[1] = d * (float)((sc >> 8) & 0xffu);
+        p.m[0] = -(dmin * (float)(mn & 0xffu));
+        p.m[1] = -(dmin * (float)((mn >> 8) & 0xffu));
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            p.u[w] = r.q[w] & 0x0f0f0f0fu;
+            p.u[8 + w] = (r.q[w] >> 4) & 0x0f0f0f0fu;
+        }
+    }
+    static __device__ __forceinline__ float acc_block(float acc, const Prep &p, int b, const XBlk &x) {
+        const int S = dot_words<false, 8>(p.u + 8 * b, x, 0);
+        acc = fmaf(p.a[b] * x.m.dx, (float)S, acc);
+        return fmaf(p.m[b], x.m.X, acc);
+    }
+};
+
+/* Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} (210 B, 2-byte aligned). Chunk ci =
+ * block ci / 8, half hf = (ci >> 2) & 1, t = ci & 3: elements 128 hf + 32 t + l, l < 32,
+ * q = (nibble t >= 2 ? high : low of ql[64 hf + 32 (t & 1) + l]) | bits 2t of qh[32 hf + l]
+ * << 4, value d sc (q - 32) with sc = scales[8 hf + 2 t + l / 16]. */
+struct QQ6_K {
+    static constexpr int XB = 1;
+    static constexpr bool IL = false;
+    struct Raw {
+        uint32_t ql[8], qh[8], sc, d;
+    };
+    static __device__ __forceinline__ void load(Raw &r, const Ctx &, const uint8_t *row, const uint8_t *,
+                                                const uint8_t *, int ci) {
+        const uint8_t *b = row + 210 * (ci >> 3);
+        const int hf = (ci >> 2) & 1, t = ci & 3;
+        ld_a2<8>(r.ql, b + 64 * hf + 32 * (t & 1));
+        ld_a2<8>(r.qh, b + 128 + 32 * hf);
+        r.sc = ldh(b + 192 + 8 * hf + 2 * t);
+        r.d = ldh(b + 208);
+    }
+    struct Prep {
+        uint32_t u[8];
+        float a[2];
+    };
+    static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &, int ci) {
+        const int t = ci & 3;
+        const float d = f16f(r.d);
+        p.a[0] = d * (float)(int8_t)(r.sc & 0xffu);
+        p.a[1] = d * (float)(int8_t)((r.sc >> 8) & 0xffu);
+        const unsigned hs = 2u * (unsigned)t;
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            const uint32_t lo = t >= 2 ? (r.ql[w] >> 4) & 0x0f0f0f0fu : r.ql[w] & 0x0f0f0f0fu;
+            p.u[w] = lo | (((r.qh[w] >> hs) & 0x03030303u) << 4);
+        }
+    }
+    static __device__ __forceinline__ float acc_block(float acc, const Prep &p, int, const XBlk &x) {
+        const int S0 = dot_words<false, 4>(p.u, x, 0) - 32 * x.m.v0;
+        const int S1 = dot_words<false, 4>(p.u + 4, x, 4) - 32 * x.m.v1;
+        acc = fmaf(p.a[0] * x.m.dx, (float)S0, acc);
+        return fmaf(p.a[1] * x.m.dx, (float)S1, acc);
+    }
+};
+
+/* prep() with or without the chunk index (only the K-quants need it) */
+template <class T>
+__device__ __forceinline__ void prep_of(typename T::Prep &p, const typename T::Raw &r, const Ctx &c, int ci) {
+    if constexpr (std::is_same<T, QQ4_K>::value || std::is_same<T, QQ6_K>::value)
+        T::prep(p, r, c, ci);
+    else
+        T::prep(p, r, c);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The kernel: 4 warps = KW k-warps x (4 / KW) row-warps of WR weight rows each, one tile
+ * of up to RT activation rows. KW (1, 2 or 4) is a function of the weight's shape alone
+ * (kw_of): long rows are split over more warps so that a matrix with few rows still fills
+ * the GPU. k-warp kw takes lane chunks kw * 32 + lane + 32 KW j; its lanes are combined by
+ * the butterfly, then the KW partials are added in kw order by one thread. */
+template <class T, int RT>
+__device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
+                                         float *__restrict__ y, int64_t m0, int nr, int KW) {
+    __shared__ float red[WARPS][WR][RT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kw = warp % KW, rw = warp / KW;
+    const int64_t nbase = (int64_t)blockIdx.y * (WR * (WARPS / KW)) + rw * WR;
+    const int64_t nbk = c.K / QB; /* activation blocks per row */
+    const int nch = c.nch, step = 32 * KW, c0 = kw * 32 + lane;
+    const uint8_t *rowp[WR], *scp[WR], *bip[WR];
+#pragma unroll
+    for (int i = 0; i < WR; i++) {
+        const int64_t n = nbase + i < c.N ? nbase + i : c.N - 1; /* rows past N: a copy, not stored */
+        rowp[i] = c.w + (size_t)n * c.row_bytes;
+        const int sbz = c.sb_kind == 0 ? 4 : 2;
+        scp[i] = c.sc ? c.sc + (size_t)n * c.ng * sbz : nullptr;
+        bip[i] = c.bi ? c.bi + (size_t)n * c.ng * sbz : nullptr;
+    }
+    float acc[WR][RT];
+#pragma unroll
+    for (int i = 0; i < WR; i++)
+#pragma unroll
+        for (int r = 0; r < RT; r++) acc[i][r] = 0.0f;
+
+    typename T::Raw cur[WR], nxt[WR];
+    if (c0 < nch) {
+#pragma unroll
+        for (int i = 0; i < WR; i++) T::load(cur[i], c, rowp[i], scp[i], bip[i], c0);
+    }
+    for (int ci = c0; ci < nch; ci += step) {
+        if (ci + step < nch) {
+#pragma unroll
+            for (int i = 0; i < WR; i++) T::load(nxt[i], c, rowp[i], scp[i], bip[i], ci + step);
+        }
+        typename T::Prep p[WR];
+#pragma unroll
+        for (int i = 0; i < WR; i++) prep_of<T>(p[i], cur[i], c, ci);
+#pragma unroll
+        for (int b = 0; b < T::XB; b++) {
+            const int64_t blk = (int64_t)ci * T::XB + b;
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                if (RT > 1 && r >= nr) break;
+                XBlk xb;
+                load_xblk(xb, xq, xm, (m0 + r) * nbk + blk);
+#pragma unroll
+                for (int i = 0; i < WR; i++) acc[i][r] = T::acc_block(acc[i][r], p[i], b, xb);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < WR; i++) cur[i] = nxt[i];
+    }
+    /* fixed combine: butterfly over the 32 lanes, then the k-warps in order */
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        if (RT > 1 && r >= nr) break;
+#pragma unroll
+        for (int i = 0; i < WR; i++) {
+            float v = acc[i][r];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][i][r] = v;
+        }
+    }
+    __syncthreads();
+    const int t = threadIdx.x, rows = (WARPS / KW) * WR;
+    if (t < rows * nr) {
+        const int r = t / rows, q = t % rows, w0 = (q / WR) * KW, i = q % WR;
+        float v = red[w0][i][r];
+        for (int k = 1; k < KW; k++) v = v + red[w0 + k][i][r];
+        const int64_t n = (int64_t)blockIdx.y * rows + q;
+        if (n < c.N) y[(m0 + r) * c.N + n] = v;
+    }
+}
+
+/* Four compilations of the same body, for tiles of up to RT = 1, 2, 4, 8 rows: the small
+ * ones (decode, verify blocks) keep their registers low for occupancy. A row gets the same
+ * fmaf sequence on the same operands from any of them (the arithmetic is written out with
+ * explicit fmaf and nothing is contracted across it), so which one ran never shows in the
+ * bits: M = 1 against every other M is exactly what the tests compare. */
+template <int RT>
+struct MinBlocks {
+    static constexpr int v = RT <= 2 ? 3 : RT == 4 ? 2 : 1;
+};
+template <class T, int RT>
+__global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
+    mmq_kernel(const Ctx c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, float *__restrict__ y,
+               int64_t M) {
+    const int64_t m0 = (int64_t)blockIdx.x * RT;
+    const int nr = (int)(M - m0 < RT ? M - m0 : RT);
+    mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw);
+}
+
+/* ---- host side ---- */
+
+size_t rows_bytes(int64_t rows, int64_t K) {
+    return (size_t)rows * (size_t)(K / QB) * (XB_BYTES + sizeof(Meta));
+}
+
+/* k-warps of a weight: enough lane chunks for each (>= 2 per lane) before splitting. */
+int kw_of(int nch) {
+    return nch >= 4 * 64 ? 4 : nch >= 2 * 64 ? 2 : 1;
+}
+
+template <class T>
+int launch(cudaStream_t st, Ctx c, const float *x, int64_t M, float *y, void *scratch, size_t scratch_bytes) {
+    c.nch = (int)(c.K / (QB * T::XB));
+    c.kw = kw_of(c.nch);
+    const int64_t bn = WR * (WARPS / c.kw); /* weight rows per block */
+    const int64_t nb = (c.N + bn - 1) / bn;
+    const size_t per_row = rows_bytes(1, c.K);
+    const int64_t cap = (int64_t)(scratch_bytes / per_row);
+    if (nb > 65535 || cap < 1) return -1;
+    for (int64_t r0 = 0; r0 < M; r0 += cap) {
+        const int64_t mr = M - r0 < cap ? M - r0 : cap;
+        int8_t *xq = (int8_t *)scratch;
+        Meta *xm = (Meta *)((char *)scratch + (size_t)mr * (size_t)(c.K / QB) * XB_BYTES);
+        const int64_t quads = mr * c.K / 4;
+        const int64_t qblocks = (quads + 255) / 256;
+        if (qblocks > 0x7fffffff) return -1;
+        if ((uintptr_t)x % 16 == 0)
+            quant_x_kernel<T::IL, true><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
+        else
+            quant_x_kernel<T::IL, false><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
+        const int rt = mr == 1 ? 1 : mr == 2 ? 2 : mr <= 4 ? 4 : R;
+        const dim3 grid((unsigned)((mr + rt - 1) / rt), (unsigned)nb);
+        float *yr = y + r0 * c.N;
+        switch (rt) {
+        case 1: mmq_kernel<T, 1><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
+        case 2: mmq_kernel<T, 2><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
+        case 4: mmq_kernel<T, 4><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
+        default: mmq_kernel<T, R><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
+        }
+    }
+    return 0;
+}
+
+} // namespace
+
+/* Which kernel serves w: this one when its type has an integer path, K is a whole number
+ * of 32-element blocks and the layout allows the loads; a property of the weight alone. */
+extern "C" int ls_cuda_mmq_key(const ls_weight *w) {
+    Ctx c;
+    const int key = lsq::mm_prepare(w, c);
+    if (key < 0 || w->cols % QB != 0) return -1;
+    switch (key) {
+    case 104:
+    case 108: return w->group >= QB ? key : -1;
+    case LS_TYPE_Q8_0:
+    case LS_TYPE_Q4_K:
+    case LS_TYPE_Q6_K: return key;
+    default: return -1;
+    }
+}
+
+extern "C" size_t ls_cuda_mmq_scratch_bytes(int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0) return 0;
+    return rows_bytes(rows, (cols + QB - 1) / QB * QB);
+}
+
+extern "C" int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
+                           size_t scratch_bytes) {
+    Ctx c;
+    const int key = ls_cuda_mmq_key(w);
+    if (key < 0 || lsq::mm_prepare(w, c) < 0 || m < 0 || (m > 0 && (!x || !y)) || ((uintptr_t)x % 4) != 0)
+        return -1;
+    if (m == 0) return 0;
+    if (!scratch || (uintptr_t)scratch % 16 != 0) return -1;
+    switch (key) {
+    case 104: return launch<QMlx4>(st, c, x, m, y, scratch, scratch_bytes);
+    case 108: return launch<QMlx8>(st, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q8_0: return launch<QQ8_0>(st, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q4_K: return launch<QQ4_K>(st, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q6_K: return launch<QQ6_K>(st, c, x, m, y, scratch, scratch_bytes);
+    default: return -1;
+    }
+}
