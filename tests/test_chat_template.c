@@ -151,7 +151,7 @@ static void test_tokenized_prompt(void **st) {
     const char *path = getenv("LOCKSTEP_MODEL");
     gguf_file *f = NULL;
     char err[256];
-    if (!path || gguf_open(path, &f, err, sizeof err) != 0) skip();
+    if (!path || ls_gguf_open(path, &f, err, sizeof err) != 0) skip();
     ls_tokenizer *t = NULL;
     assert_int_equal(ls_tokenizer_from_gguf(f, &t, err, sizeof err), 0);
     ls_chat_msg m[] = {{"user", "Hi"}};
@@ -172,7 +172,7 @@ static void test_tokenized_prompt(void **st) {
     assert_memory_equal(piece, "Hi", 2);
     free(s);
     ls_tokenizer_free(t);
-    gguf_close(f);
+    ls_gguf_close(f);
 }
 
 static void test_gemma4_golden(void **st) {

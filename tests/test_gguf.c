@@ -2,7 +2,7 @@
  *
  * (a) A valid file built byte by byte here, with every value type, nested arrays, arrays
  *     of strings, eight tensors of different types and general.alignment = 64: every
- *     value, getter and tensor field is checked; also through gguf_open (mmap).
+ *     value, getter and tensor field is checked; also through ls_gguf_open (mmap).
  * (b) Malformed variants, each of which must fail with a message containing an expected
  *     substring; every prefix of the valid file must fail cleanly; every single-byte
  *     corruption must either fail or yield a file whose every pointer is in bounds.
@@ -210,7 +210,7 @@ static void check_str(gguf_str s, const char *want) {
 
 static const gguf_value *arr_of(const gguf_file *f, const char *key, gguf_vtype elem, uint64_t count) {
     const gguf_value *a = NULL;
-    assert_int_equal(gguf_get_arr(f, key, &a), 0);
+    assert_int_equal(ls_gguf_get_arr(f, key, &a), 0);
     assert_int_equal(a->type, GGUF_VT_ARRAY);
     assert_int_equal(a->v.arr.elem, elem);
     assert_int_equal(a->v.arr.count, count);
@@ -223,51 +223,51 @@ static void check_scalars(const gguf_file *f) {
     float f32;
     int bl;
     gguf_str s;
-    assert_int_equal(gguf_find(f, "t.u8")->v.u, 200);
-    assert_int_equal(gguf_find(f, "t.i8")->v.i, -100);
-    assert_int_equal(gguf_find(f, "t.u16")->v.u, 60000);
-    assert_int_equal(gguf_find(f, "t.i16")->v.i, -30000);
-    assert_int_equal(gguf_find(f, "t.u32")->v.u, 4000000000u);
-    assert_int_equal(gguf_find(f, "t.i32")->v.i, -2000000000);
-    assert_true(gguf_find(f, "t.f32")->v.f == 1.5);
-    assert_int_equal(gguf_find(f, "t.bool")->v.u, 1);
-    assert_true(gguf_find(f, "t.u64")->v.u == 0x8000000000000005ull);
-    assert_true(gguf_find(f, "t.i64")->v.i == -(INT64_C(1) << 62));
-    assert_true(gguf_find(f, "t.f64")->v.f == 3.25);
-    assert_int_equal(gguf_find(f, "t.utf8.\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87")->v.u, 7);
-    assert_null(gguf_find(f, "t.absent"));
-    assert_null(gguf_find(f, "t.u"));   /* prefix of a key */
-    assert_null(gguf_find(f, "t.u88")); /* key is a prefix of it */
+    assert_int_equal(ls_gguf_find(f, "t.u8")->v.u, 200);
+    assert_int_equal(ls_gguf_find(f, "t.i8")->v.i, -100);
+    assert_int_equal(ls_gguf_find(f, "t.u16")->v.u, 60000);
+    assert_int_equal(ls_gguf_find(f, "t.i16")->v.i, -30000);
+    assert_int_equal(ls_gguf_find(f, "t.u32")->v.u, 4000000000u);
+    assert_int_equal(ls_gguf_find(f, "t.i32")->v.i, -2000000000);
+    assert_true(ls_gguf_find(f, "t.f32")->v.f == 1.5);
+    assert_int_equal(ls_gguf_find(f, "t.bool")->v.u, 1);
+    assert_true(ls_gguf_find(f, "t.u64")->v.u == 0x8000000000000005ull);
+    assert_true(ls_gguf_find(f, "t.i64")->v.i == -(INT64_C(1) << 62));
+    assert_true(ls_gguf_find(f, "t.f64")->v.f == 3.25);
+    assert_int_equal(ls_gguf_find(f, "t.utf8.\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87")->v.u, 7);
+    assert_null(ls_gguf_find(f, "t.absent"));
+    assert_null(ls_gguf_find(f, "t.u"));   /* prefix of a key */
+    assert_null(ls_gguf_find(f, "t.u88")); /* key is a prefix of it */
 
     /* u32: any integer type whose value fits. */
-    assert_int_equal(gguf_get_u32(f, "t.u8", &u32), 0), assert_int_equal(u32, 200);
-    assert_int_equal(gguf_get_u32(f, "t.u32", &u32), 0), assert_int_equal(u32, 4000000000u);
-    assert_int_equal(gguf_get_u32(f, "t.i8", &u32), -2);  /* negative */
-    assert_int_equal(gguf_get_u32(f, "t.u64", &u32), -2); /* too large */
-    assert_int_equal(gguf_get_u32(f, "t.str", &u32), -2);
-    assert_int_equal(gguf_get_u32(f, "t.bool", &u32), -2);
-    assert_int_equal(gguf_get_u32(f, "t.absent", &u32), -1);
+    assert_int_equal(ls_gguf_get_u32(f, "t.u8", &u32), 0), assert_int_equal(u32, 200);
+    assert_int_equal(ls_gguf_get_u32(f, "t.u32", &u32), 0), assert_int_equal(u32, 4000000000u);
+    assert_int_equal(ls_gguf_get_u32(f, "t.i8", &u32), -2);  /* negative */
+    assert_int_equal(ls_gguf_get_u32(f, "t.u64", &u32), -2); /* too large */
+    assert_int_equal(ls_gguf_get_u32(f, "t.str", &u32), -2);
+    assert_int_equal(ls_gguf_get_u32(f, "t.bool", &u32), -2);
+    assert_int_equal(ls_gguf_get_u32(f, "t.absent", &u32), -1);
     /* i64 */
-    assert_int_equal(gguf_get_i64(f, "t.i32", &i64), 0), assert_true(i64 == -2000000000);
-    assert_int_equal(gguf_get_i64(f, "t.u32", &i64), 0), assert_true(i64 == 4000000000);
-    assert_int_equal(gguf_get_i64(f, "t.u64", &i64), -2);
-    assert_int_equal(gguf_get_i64(f, "t.f32", &i64), -2);
+    assert_int_equal(ls_gguf_get_i64(f, "t.i32", &i64), 0), assert_true(i64 == -2000000000);
+    assert_int_equal(ls_gguf_get_i64(f, "t.u32", &i64), 0), assert_true(i64 == 4000000000);
+    assert_int_equal(ls_gguf_get_i64(f, "t.u64", &i64), -2);
+    assert_int_equal(ls_gguf_get_i64(f, "t.f32", &i64), -2);
     /* f32: floats and integers */
-    assert_int_equal(gguf_get_f32(f, "t.f32", &f32), 0), assert_true(f32 == 1.5f);
-    assert_int_equal(gguf_get_f32(f, "t.f64", &f32), 0), assert_true(f32 == 3.25f);
-    assert_int_equal(gguf_get_f32(f, "t.i16", &f32), 0), assert_true(f32 == -30000.0f);
-    assert_int_equal(gguf_get_f32(f, "t.bool", &f32), -2);
-    assert_int_equal(gguf_get_f32(f, "t.str", &f32), -2);
+    assert_int_equal(ls_gguf_get_f32(f, "t.f32", &f32), 0), assert_true(f32 == 1.5f);
+    assert_int_equal(ls_gguf_get_f32(f, "t.f64", &f32), 0), assert_true(f32 == 3.25f);
+    assert_int_equal(ls_gguf_get_f32(f, "t.i16", &f32), 0), assert_true(f32 == -30000.0f);
+    assert_int_equal(ls_gguf_get_f32(f, "t.bool", &f32), -2);
+    assert_int_equal(ls_gguf_get_f32(f, "t.str", &f32), -2);
     /* bool, str, arr */
-    assert_int_equal(gguf_get_bool(f, "t.bool", &bl), 0), assert_int_equal(bl, 1);
-    assert_int_equal(gguf_get_bool(f, "t.u8", &bl), -2);
-    assert_int_equal(gguf_get_str(f, "t.str", &s), 0), check_str(s, "hello");
-    assert_int_equal(gguf_get_str(f, "t.empty.str", &s), 0), assert_int_equal(s.len, 0);
-    assert_int_equal(gguf_get_str(f, "t.u8", &s), -2);
-    assert_int_equal(gguf_get_str(f, "t.absent", &s), -1);
+    assert_int_equal(ls_gguf_get_bool(f, "t.bool", &bl), 0), assert_int_equal(bl, 1);
+    assert_int_equal(ls_gguf_get_bool(f, "t.u8", &bl), -2);
+    assert_int_equal(ls_gguf_get_str(f, "t.str", &s), 0), check_str(s, "hello");
+    assert_int_equal(ls_gguf_get_str(f, "t.empty.str", &s), 0), assert_int_equal(s.len, 0);
+    assert_int_equal(ls_gguf_get_str(f, "t.u8", &s), -2);
+    assert_int_equal(ls_gguf_get_str(f, "t.absent", &s), -1);
     const gguf_value *a;
-    assert_int_equal(gguf_get_arr(f, "t.u8", &a), -2);
-    assert_int_equal(gguf_get_arr(f, "t.absent", &a), -1);
+    assert_int_equal(ls_gguf_get_arr(f, "t.u8", &a), -2);
+    assert_int_equal(ls_gguf_get_arr(f, "t.absent", &a), -1);
 }
 
 static void check_arrays(const gguf_file *f) {
@@ -277,77 +277,77 @@ static void check_arrays(const gguf_file *f) {
     const gguf_value *a = arr_of(f, "t.arr.u8", GGUF_VT_U8, 3), *sub, *sub2;
     assert_memory_equal(a->v.arr.data, "\1\2\3", 3);
     assert_null(a->v.arr.items);
-    assert_int_equal(gguf_arr_i64(a, 2, &i64), 0), assert_int_equal(i64, 3);
-    assert_int_equal(gguf_arr_i64(a, 3, &i64), -1);
-    assert_int_equal(gguf_arr_str(a, 0, &s), -2);
-    assert_int_equal(gguf_arr_sub(a, 0, &sub), -2);
+    assert_int_equal(ls_gguf_arr_i64(a, 2, &i64), 0), assert_int_equal(i64, 3);
+    assert_int_equal(ls_gguf_arr_i64(a, 3, &i64), -1);
+    assert_int_equal(ls_gguf_arr_str(a, 0, &s), -2);
+    assert_int_equal(ls_gguf_arr_sub(a, 0, &sub), -2);
 
     a = arr_of(f, "t.arr.i16", GGUF_VT_I16, 2);
-    assert_int_equal(gguf_arr_i64(a, 0, &i64), 0), assert_int_equal(i64, -1);
-    assert_int_equal(gguf_arr_f32(a, 1, &f32), 0), assert_true(f32 == 2.0f);
+    assert_int_equal(ls_gguf_arr_i64(a, 0, &i64), 0), assert_int_equal(i64, -1);
+    assert_int_equal(ls_gguf_arr_f32(a, 1, &f32), 0), assert_true(f32 == 2.0f);
     a = arr_of(f, "t.arr.f32", GGUF_VT_F32, 3);
-    assert_int_equal(gguf_arr_f32(a, 0, &f32), 0), assert_true(f32 == 0.5f);
-    assert_int_equal(gguf_arr_f32(a, 1, &f32), 0), assert_true(f32 == -2.0f);
-    assert_int_equal(gguf_arr_f32(a, 2, &f32), 0), assert_true(f32 == 1e30f);
-    assert_int_equal(gguf_arr_i64(a, 0, &i64), -2);
+    assert_int_equal(ls_gguf_arr_f32(a, 0, &f32), 0), assert_true(f32 == 0.5f);
+    assert_int_equal(ls_gguf_arr_f32(a, 1, &f32), 0), assert_true(f32 == -2.0f);
+    assert_int_equal(ls_gguf_arr_f32(a, 2, &f32), 0), assert_true(f32 == 1e30f);
+    assert_int_equal(ls_gguf_arr_i64(a, 0, &i64), -2);
     a = arr_of(f, "t.arr.bool", GGUF_VT_BOOL, 2);
     assert_memory_equal(a->v.arr.data, "\1\0", 2);
     a = arr_of(f, "t.arr.u64", GGUF_VT_U64, 2);
-    assert_int_equal(gguf_arr_i64(a, 0, &i64), 0), assert_true(i64 == INT64_C(1) << 40);
-    assert_int_equal(gguf_arr_i64(a, 1, &i64), -2); /* > INT64_MAX */
+    assert_int_equal(ls_gguf_arr_i64(a, 0, &i64), 0), assert_true(i64 == INT64_C(1) << 40);
+    assert_int_equal(ls_gguf_arr_i64(a, 1, &i64), -2); /* > INT64_MAX */
     a = arr_of(f, "t.arr.f64", GGUF_VT_F64, 2);
-    assert_int_equal(gguf_arr_f32(a, 0, &f32), 0), assert_true(f32 == 2.5f);
-    assert_int_equal(gguf_arr_f32(a, 1, &f32), -2); /* 1e300 out of float range */
+    assert_int_equal(ls_gguf_arr_f32(a, 0, &f32), 0), assert_true(f32 == 2.5f);
+    assert_int_equal(ls_gguf_arr_f32(a, 1, &f32), -2); /* 1e300 out of float range */
     arr_of(f, "t.arr.empty", GGUF_VT_U64, 0);
 
     a = arr_of(f, "t.arr.str", GGUF_VT_STRING, 3);
     assert_non_null(a->v.arr.items);
     assert_int_equal(a->v.arr.items[0].type, GGUF_VT_STRING);
     check_str(a->v.arr.items[0].v.s, "a");
-    assert_int_equal(gguf_arr_str(a, 1, &s), 0), assert_int_equal(s.len, 0);
-    assert_int_equal(gguf_arr_str(a, 2, &s), 0), check_str(s, "\xc3\xbcn\xc3\xaf");
-    assert_int_equal(gguf_arr_str(a, 3, &s), -1);
-    assert_int_equal(gguf_arr_i64(a, 0, &i64), -2);
+    assert_int_equal(ls_gguf_arr_str(a, 1, &s), 0), assert_int_equal(s.len, 0);
+    assert_int_equal(ls_gguf_arr_str(a, 2, &s), 0), check_str(s, "\xc3\xbcn\xc3\xaf");
+    assert_int_equal(ls_gguf_arr_str(a, 3, &s), -1);
+    assert_int_equal(ls_gguf_arr_i64(a, 0, &i64), -2);
 
     a = arr_of(f, "t.arr.nested", GGUF_VT_ARRAY, 3);
     static const int64_t want[3][2] = {{1, 2}, {3, 0}, {0, 0}};
     static const uint64_t counts[3] = {2, 1, 0};
     for (uint64_t i = 0; i < 3; i++) {
-        assert_int_equal(gguf_arr_sub(a, i, &sub), 0);
+        assert_int_equal(ls_gguf_arr_sub(a, i, &sub), 0);
         assert_ptr_equal(sub, &a->v.arr.items[i]);
         assert_int_equal(sub->type, GGUF_VT_ARRAY);
         assert_int_equal(sub->v.arr.elem, GGUF_VT_I32);
         assert_int_equal(sub->v.arr.count, counts[i]);
         for (uint64_t j = 0; j < counts[i]; j++)
-            assert_int_equal(gguf_arr_i64(sub, j, &i64), 0), assert_true(i64 == want[i][j]);
+            assert_int_equal(ls_gguf_arr_i64(sub, j, &i64), 0), assert_true(i64 == want[i][j]);
     }
-    assert_int_equal(gguf_arr_sub(a, 3, &sub), -1);
+    assert_int_equal(ls_gguf_arr_sub(a, 3, &sub), -1);
 
     a = arr_of(f, "t.arr.deep", GGUF_VT_ARRAY, 1);
-    assert_int_equal(gguf_arr_sub(a, 0, &sub), 0);
+    assert_int_equal(ls_gguf_arr_sub(a, 0, &sub), 0);
     assert_int_equal(sub->v.arr.elem, GGUF_VT_ARRAY);
-    assert_int_equal(gguf_arr_sub(sub, 0, &sub2), 0);
+    assert_int_equal(ls_gguf_arr_sub(sub, 0, &sub2), 0);
     assert_int_equal(sub2->v.arr.elem, GGUF_VT_STRING);
     assert_int_equal(sub2->v.arr.count, 2);
-    assert_int_equal(gguf_arr_str(sub2, 1, &s), 0), check_str(s, "yz");
+    assert_int_equal(ls_gguf_arr_str(sub2, 1, &s), 0), check_str(s, "yz");
 
     a = arr_of(f, "t.arr.depth8", GGUF_VT_ARRAY, 1);
-    for (int d = 0; d < GGUF_MAX_ARRAY_DEPTH - 1; d++) assert_int_equal(gguf_arr_sub(a, 0, &a), 0);
+    for (int d = 0; d < GGUF_MAX_ARRAY_DEPTH - 1; d++) assert_int_equal(ls_gguf_arr_sub(a, 0, &a), 0);
     assert_int_equal(a->v.arr.elem, GGUF_VT_U8);
-    assert_int_equal(gguf_arr_i64(a, 0, &i64), 0), assert_int_equal(i64, 7);
+    assert_int_equal(ls_gguf_arr_i64(a, 0, &i64), 0), assert_int_equal(i64, 7);
 }
 
 static void check_tensors(const gguf_file *f, const uint8_t *base) {
-    assert_int_equal(gguf_n_tensors(f), N_TENSORS);
-    assert_int_equal(gguf_alignment(f), ALIGN);
-    uint64_t data = gguf_data_offset(f);
+    assert_int_equal(ls_gguf_n_tensors(f), N_TENSORS);
+    assert_int_equal(ls_gguf_alignment(f), ALIGN);
+    uint64_t data = ls_gguf_data_offset(f);
     assert_int_equal(data % ALIGN, 0);
     for (size_t i = 0; i < N_TENSORS; i++) {
         const tensor_spec *want = &k_tensors[i];
-        const gguf_tensor *t = gguf_tensor_at(f, i);
+        const gguf_tensor *t = ls_gguf_tensor_at(f, i);
         assert_non_null(t);
         assert_string_equal(t->name, want->name);
-        assert_ptr_equal(gguf_find_tensor(f, want->name), t);
+        assert_ptr_equal(ls_gguf_find_tensor(f, want->name), t);
         assert_int_equal(t->type, want->type);
         assert_int_equal(t->n_dims, want->n_dims);
         for (int d = 0; d < 4; d++) assert_int_equal(t->ne[d], want->ne[d]);
@@ -358,25 +358,25 @@ static void check_tensors(const gguf_file *f, const uint8_t *base) {
         uint64_t k = data + t->offset; /* first data byte follows the put_data pattern */
         assert_int_equal(((const uint8_t *)t->data)[0], (uint8_t)((k * 7 + 3) & 255));
     }
-    assert_null(gguf_tensor_at(f, N_TENSORS));
-    assert_null(gguf_find_tensor(f, "nope"));
-    assert_null(gguf_find_tensor(f, "tok.weigh"));
+    assert_null(ls_gguf_tensor_at(f, N_TENSORS));
+    assert_null(ls_gguf_find_tensor(f, "nope"));
+    assert_null(ls_gguf_find_tensor(f, "tok.weigh"));
 }
 
 static void check_full(const gguf_file *f, const uint8_t *base, uint32_t version) {
-    assert_int_equal(gguf_version(f), version);
-    assert_int_equal(gguf_n_kv(f), N_KVS);
-    const gguf_kv *kv = gguf_kv_at(f, 1);
+    assert_int_equal(ls_gguf_version(f), version);
+    assert_int_equal(ls_gguf_n_kv(f), N_KVS);
+    const gguf_kv *kv = ls_gguf_kv_at(f, 1);
     check_str(kv->key, "t.u8");
-    assert_ptr_equal(&kv->value, gguf_find(f, "t.u8"));
-    assert_null(gguf_kv_at(f, N_KVS));
+    assert_ptr_equal(&kv->value, ls_gguf_find(f, "t.u8"));
+    assert_null(ls_gguf_kv_at(f, N_KVS));
     for (uint64_t i = 0; i < N_KVS; i++) { /* every key finds its own entry */
-        kv = gguf_kv_at(f, i);
+        kv = ls_gguf_kv_at(f, i);
         char key[64];
         assert_true(kv->key.len < sizeof key);
         memcpy(key, kv->key.ptr, kv->key.len);
         key[kv->key.len] = 0;
-        assert_ptr_equal(gguf_find(f, key), &kv->value);
+        assert_ptr_equal(ls_gguf_find(f, key), &kv->value);
     }
     check_scalars(f);
     check_arrays(f);
@@ -390,12 +390,12 @@ static void test_valid_memory(void **state) {
         build_full(&b, version);
         gguf_file *f = NULL;
         char err[256];
-        int rc = gguf_open_memory(b.b, b.n, &f, err, sizeof err);
+        int rc = ls_gguf_open_memory(b.b, b.n, &f, err, sizeof err);
         if (rc) print_error("%s\n", err);
         assert_int_equal(rc, 0);
         assert_string_equal(err, "");
         check_full(f, b.b, version);
-        gguf_close(f);
+        ls_gguf_close(f);
         free(b.b);
     }
 }
@@ -411,25 +411,25 @@ static void test_valid_file(void **state) {
     close(fd);
     gguf_file *f = NULL;
     char err[256];
-    assert_int_equal(gguf_open(path, &f, err, sizeof err), 0);
-    const gguf_tensor *t = gguf_tensor_at(f, 0);
+    assert_int_equal(ls_gguf_open(path, &f, err, sizeof err), 0);
+    const gguf_tensor *t = ls_gguf_tensor_at(f, 0);
     /* Same layout as in memory: tensor 0's data equals the bytes at the same offset. */
-    const uint8_t *base = (const uint8_t *)t->data - gguf_data_offset(f) - t->offset;
+    const uint8_t *base = (const uint8_t *)t->data - ls_gguf_data_offset(f) - t->offset;
     check_full(f, base, 3);
-    assert_memory_equal(t->data, b.b + gguf_data_offset(f) + t->offset, t->nbytes);
-    gguf_close(f);
+    assert_memory_equal(t->data, b.b + ls_gguf_data_offset(f) + t->offset, t->nbytes);
+    ls_gguf_close(f);
 
     /* Empty file, directory, missing file. */
     fd = open(path, O_WRONLY | O_TRUNC);
     assert_true(fd >= 0);
     close(fd);
-    assert_int_not_equal(gguf_open(path, &f, err, sizeof err), 0);
+    assert_int_not_equal(ls_gguf_open(path, &f, err, sizeof err), 0);
     assert_null(f);
     assert_non_null(strstr(err, "truncated header"));
-    assert_int_not_equal(gguf_open("/tmp", &f, err, sizeof err), 0);
+    assert_int_not_equal(ls_gguf_open("/tmp", &f, err, sizeof err), 0);
     assert_non_null(strstr(err, "not a regular file"));
     unlink(path);
-    assert_int_not_equal(gguf_open(path, &f, err, sizeof err), 0);
+    assert_int_not_equal(ls_gguf_open(path, &f, err, sizeof err), 0);
     assert_non_null(strstr(err, "cannot open"));
     free(b.b);
 }
@@ -718,8 +718,8 @@ static int open_copy(const uint8_t *p, size_t n, gguf_file **f, char *err, size_
     uint8_t *copy = malloc(n ? n : 1);
     assert_non_null(copy);
     if (n) memcpy(copy, p, n);
-    int rc = gguf_open_memory(copy, n, f, err, errlen);
-    if (rc == 0) gguf_close(*f), *f = NULL;
+    int rc = ls_gguf_open_memory(copy, n, f, err, errlen);
+    if (rc == 0) ls_gguf_close(*f), *f = NULL;
     free(copy);
     return rc;
 }
@@ -730,8 +730,8 @@ static void test_malformed(void **state) {
     gguf_file *f = NULL;
     char err[512];
     mk_small(&b); /* the base the byte-patched cases start from must itself be valid */
-    assert_int_equal(gguf_open_memory(b.b, b.n, &f, err, sizeof err), 0);
-    gguf_close(f);
+    assert_int_equal(ls_gguf_open_memory(b.b, b.n, &f, err, sizeof err), 0);
+    ls_gguf_close(f);
     free(b.b);
     for (size_t i = 0; i < sizeof k_bad / sizeof k_bad[0]; i++) {
         const bad_case *c = &k_bad[i];
@@ -755,11 +755,11 @@ static void test_error_buffers(void **state) {
     gguf_file *f = NULL;
     char err[9];
     memset(err, 'Z', sizeof err);
-    assert_int_not_equal(gguf_open_memory(b.b, b.n, &f, err, 8), 0);
+    assert_int_not_equal(ls_gguf_open_memory(b.b, b.n, &f, err, 8), 0);
     assert_string_equal(err, "gguf: t");
     assert_int_equal(err[8], 'Z');
-    assert_int_not_equal(gguf_open_memory(b.b, b.n, &f, NULL, 0), 0);
-    assert_int_not_equal(gguf_open_memory(NULL, 0, &f, err, sizeof err), 0);
+    assert_int_not_equal(ls_gguf_open_memory(b.b, b.n, &f, NULL, 0), 0);
+    assert_int_not_equal(ls_gguf_open_memory(NULL, 0, &f, err, sizeof err), 0);
     free(b.b);
 }
 
@@ -794,7 +794,7 @@ static void touch_value(const gguf_value *v) {
     else
         for (uint64_t i = 0; i < v->v.arr.count; i++) {
             float x;
-            gguf_arr_f32(v, i, &x);
+            ls_gguf_arr_f32(v, i, &x);
             g_sink ^= (uint8_t)(x == x);
         }
 }
@@ -814,12 +814,12 @@ static void test_every_byte_corrupted(void **state) {
             uint8_t *copy = malloc(b.n);
             memcpy(copy, b.b, b.n);
             copy[i] ^= xors[k];
-            if (gguf_open_memory(copy, b.n, &f, err, sizeof err) == 0) {
+            if (ls_gguf_open_memory(copy, b.n, &f, err, sizeof err) == 0) {
                 opened++;
-                for (uint64_t j = 0; j < gguf_n_kv(f); j++) touch_value(&gguf_kv_at(f, j)->value);
-                for (uint64_t j = 0; j < gguf_n_tensors(f); j++)
-                    touch(gguf_tensor_at(f, j)->data, gguf_tensor_at(f, j)->nbytes);
-                gguf_close(f);
+                for (uint64_t j = 0; j < ls_gguf_n_kv(f); j++) touch_value(&ls_gguf_kv_at(f, j)->value);
+                for (uint64_t j = 0; j < ls_gguf_n_tensors(f); j++)
+                    touch(ls_gguf_tensor_at(f, j)->data, ls_gguf_tensor_at(f, j)->nbytes);
+                ls_gguf_close(f);
             } else {
                 assert_null(f);
                 assert_int_equal(strncmp(err, "gguf: ", 6), 0);
@@ -851,7 +851,7 @@ static void test_real_model(void **state) {
     gguf_file *f = NULL;
     char err[512];
     double t0 = now_ms();
-    int rc = gguf_open(path, &f, err, sizeof err);
+    int rc = ls_gguf_open(path, &f, err, sizeof err);
     double ms = now_ms() - t0;
     if (rc) fail_msg("%s", err);
     print_message("opened %s in %.1f ms\n", path, ms);
@@ -861,27 +861,27 @@ static void test_real_model(void **state) {
     gguf_str s;
     float x;
     int64_t i64;
-    assert_int_equal(gguf_version(f), 3);
-    assert_int_equal(gguf_get_str(f, "general.architecture", &s), 0), check_str(s, "gemma3");
-    assert_int_equal(gguf_get_u32(f, "gemma3.block_count", &u), 0), assert_int_equal(u, 18);
-    assert_int_equal(gguf_get_u32(f, "gemma3.embedding_length", &u), 0), assert_int_equal(u, 640);
-    assert_int_equal(gguf_get_f32(f, "gemma3.rope.freq_base", &x), 0), assert_true(x == 1e6f);
+    assert_int_equal(ls_gguf_version(f), 3);
+    assert_int_equal(ls_gguf_get_str(f, "general.architecture", &s), 0), check_str(s, "gemma3");
+    assert_int_equal(ls_gguf_get_u32(f, "gemma3.block_count", &u), 0), assert_int_equal(u, 18);
+    assert_int_equal(ls_gguf_get_u32(f, "gemma3.embedding_length", &u), 0), assert_int_equal(u, 640);
+    assert_int_equal(ls_gguf_get_f32(f, "gemma3.rope.freq_base", &x), 0), assert_true(x == 1e6f);
     const gguf_value *tok = NULL;
-    assert_int_equal(gguf_get_arr(f, "tokenizer.ggml.tokens", &tok), 0);
+    assert_int_equal(ls_gguf_get_arr(f, "tokenizer.ggml.tokens", &tok), 0);
     assert_int_equal(tok->v.arr.elem, GGUF_VT_STRING);
     assert_int_equal(tok->v.arr.count, 262144);
-    assert_int_equal(gguf_arr_str(tok, 0, &s), 0), check_str(s, "<pad>");
-    assert_int_equal(gguf_arr_str(tok, 2, &s), 0), check_str(s, "<bos>");
+    assert_int_equal(ls_gguf_arr_str(tok, 0, &s), 0), check_str(s, "<pad>");
+    assert_int_equal(ls_gguf_arr_str(tok, 2, &s), 0), check_str(s, "<bos>");
     const gguf_value *scores = NULL, *types = NULL;
-    assert_int_equal(gguf_get_arr(f, "tokenizer.ggml.scores", &scores), 0);
+    assert_int_equal(ls_gguf_get_arr(f, "tokenizer.ggml.scores", &scores), 0);
     assert_int_equal(scores->v.arr.count, 262144);
-    assert_int_equal(gguf_arr_f32(scores, 0, &x), 0), assert_true(x == -1000.0f);
-    assert_int_equal(gguf_get_arr(f, "tokenizer.ggml.token_type", &types), 0);
-    assert_int_equal(gguf_arr_i64(types, 0, &i64), 0), assert_true(i64 == 3);
+    assert_int_equal(ls_gguf_arr_f32(scores, 0, &x), 0), assert_true(x == -1000.0f);
+    assert_int_equal(ls_gguf_get_arr(f, "tokenizer.ggml.token_type", &types), 0);
+    assert_int_equal(ls_gguf_arr_i64(types, 0, &i64), 0), assert_true(i64 == 3);
 
-    assert_int_equal(gguf_n_tensors(f), 236);
-    assert_int_equal(gguf_alignment(f), 32);
-    const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
+    assert_int_equal(ls_gguf_n_tensors(f), 236);
+    assert_int_equal(ls_gguf_alignment(f), 32);
+    const gguf_tensor *t = ls_gguf_find_tensor(f, "token_embd.weight");
     assert_non_null(t);
     assert_int_equal(t->type, LS_TYPE_Q8_0);
     assert_int_equal(t->n_dims, 2);
@@ -889,18 +889,18 @@ static void test_real_model(void **state) {
     assert_int_equal(t->ne[1], 262144);
     assert_int_equal(t->nbytes, 640 / 32 * 34 * 262144);
     /* Cross-checked with the python gguf package: output_norm.weight's data is at 6525120. */
-    t = gguf_find_tensor(f, "output_norm.weight");
+    t = ls_gguf_find_tensor(f, "output_norm.weight");
     assert_non_null(t);
-    assert_int_equal(gguf_data_offset(f) + t->offset, 6525120);
-    t = gguf_find_tensor(f, "blk.0.attn_q.weight");
+    assert_int_equal(ls_gguf_data_offset(f) + t->offset, 6525120);
+    t = ls_gguf_find_tensor(f, "blk.0.attn_q.weight");
     assert_non_null(t);
     assert_int_equal(t->type, LS_TYPE_Q5_0);
     for (int i = 0; i < 18; i++) {
         char name[64];
         snprintf(name, sizeof name, "blk.%d.ffn_down.weight", i);
-        assert_non_null(gguf_find_tensor(f, name));
+        assert_non_null(ls_gguf_find_tensor(f, name));
     }
-    gguf_close(f);
+    ls_gguf_close(f);
 }
 
 int main(void) {

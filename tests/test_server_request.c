@@ -12,13 +12,13 @@
 #include "server/request.h"
 #include "server/stop.h"
 
-static int parse(lsr_kind k, const char *json, lsr_request *r, lsr_error *e) {
-    return lsr_parse(k, json, strlen(json), r, e);
+static int parse(ls_req_kind k, const char *json, ls_request *r, ls_req_error *e) {
+    return ls_req_parse(k, json, strlen(json), r, e);
 }
 
-static void expect_error(lsr_kind k, const char *json, int status, const char *param) {
-    lsr_request r;
-    lsr_error e;
+static void expect_error(ls_req_kind k, const char *json, int status, const char *param) {
+    ls_request r;
+    ls_req_error e;
     assert_int_equal(parse(k, json, &r, &e), -1);
     assert_int_equal(e.status, status);
     assert_string_equal(e.param, param);
@@ -27,8 +27,8 @@ static void expect_error(lsr_kind k, const char *json, int status, const char *p
 
 static void test_valid_chat(void **state) {
     (void)state;
-    lsr_request r;
-    lsr_error e;
+    ls_request r;
+    ls_req_error e;
     const char *j = "{\"messages\":[{\"role\":\"developer\",\"content\":\"s\"},{\"role\":\"user\",\"content\":"
                     "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
                     "\"max_completion_tokens\":7,\"temperature\":0,\"seed\":-1,\"stop\":\"x\",\"stream\":true,"
@@ -43,7 +43,7 @@ static void test_valid_chat(void **state) {
     assert_true(r.seed_set && r.seed == UINT64_MAX);
     assert_int_equal(r.n_stop, 1);
     assert_true(r.stream && r.include_usage);
-    lsr_request_free(&r);
+    ls_request_free(&r);
 }
 
 static void test_errors(void **state) {
@@ -89,33 +89,33 @@ static void test_errors(void **state) {
 
 static void test_tokenize_parsers(void **state) {
     (void)state;
-    lsr_tokenize t;
-    lsr_detokenize d;
-    lsr_error e;
+    ls_req_tokenize t;
+    ls_req_detokenize d;
+    ls_req_error e;
     const char *a = "{\"content\":\"hi\",\"add_special\":true}";
-    assert_int_equal(lsr_parse_tokenize(a, strlen(a), &t, &e), 0);
+    assert_int_equal(ls_req_parse_tokenize(a, strlen(a), &t, &e), 0);
     assert_string_equal(t.content, "hi");
     assert_true(t.add_special && t.parse_special);
-    lsr_tokenize_free(&t);
+    ls_req_tokenize_free(&t);
     const char *b = "{\"content\":3}";
-    assert_int_equal(lsr_parse_tokenize(b, strlen(b), &t, &e), -1);
+    assert_int_equal(ls_req_parse_tokenize(b, strlen(b), &t, &e), -1);
     assert_int_equal(e.status, 400);
     const char *c = "{\"tokens\":[1,2,3]}";
-    assert_int_equal(lsr_parse_detokenize(c, strlen(c), &d, &e), 0);
+    assert_int_equal(ls_req_parse_detokenize(c, strlen(c), &d, &e), 0);
     assert_int_equal(d.n_tokens, 3);
     assert_int_equal(d.tokens[2], 3);
-    lsr_detokenize_free(&d);
+    ls_req_detokenize_free(&d);
     const char *f = "{\"tokens\":[1,-2]}";
-    assert_int_equal(lsr_parse_detokenize(f, strlen(f), &d, &e), -1);
+    assert_int_equal(ls_req_parse_detokenize(f, strlen(f), &d, &e), -1);
     assert_string_equal(e.param, "tokens");
 }
 
 /* Like expect_error, with an explicit length (0: strlen; for bodies with raw NUL bytes) and
  * a check that the message contains `needle`. */
-static void expect_error_n(lsr_kind k, const char *json, size_t len, const char *param, const char *needle) {
-    lsr_request r;
-    lsr_error e;
-    assert_int_equal(lsr_parse(k, json, len ? len : strlen(json), &r, &e), -1);
+static void expect_error_n(ls_req_kind k, const char *json, size_t len, const char *param, const char *needle) {
+    ls_request r;
+    ls_req_error e;
+    assert_int_equal(ls_req_parse(k, json, len ? len : strlen(json), &r, &e), -1);
     assert_int_equal(e.status, 400);
     assert_string_equal(e.param, param);
     assert_non_null(strstr(e.message, needle));
@@ -125,31 +125,31 @@ static void expect_error_n(lsr_kind k, const char *json, size_t len, const char 
  * value: every body that contains one is refused, naming the field. */
 static void test_nul_refused(void **state) {
     (void)state;
-    lsr_tokenize t;
-    lsr_detokenize d;
-    lsr_error e;
+    ls_req_tokenize t;
+    ls_req_detokenize d;
+    ls_req_error e;
     const char *a = "{\"content\":\"a\\u0000b c\"}";
-    assert_int_equal(lsr_parse_tokenize(a, strlen(a), &t, &e), -1);
+    assert_int_equal(ls_req_parse_tokenize(a, strlen(a), &t, &e), -1);
     assert_int_equal(e.status, 400);
     assert_string_equal(e.param, "content");
     assert_non_null(strstr(e.message, "U+0000"));
     assert_null(t.content);
     /* An escaped backslash followed by "u0000" is six ordinary characters. */
     const char *b = "{\"content\":\"a\\\\u0000b\"}";
-    assert_int_equal(lsr_parse_tokenize(b, strlen(b), &t, &e), 0);
+    assert_int_equal(ls_req_parse_tokenize(b, strlen(b), &t, &e), 0);
     assert_string_equal(t.content, "a\\u0000b");
-    lsr_tokenize_free(&t);
+    ls_req_tokenize_free(&t);
     /* ... but an escaped backslash followed by an escaped NUL is refused. */
     const char *c = "{\"content\":\"a\\\\\\u0000\"}";
-    assert_int_equal(lsr_parse_tokenize(c, strlen(c), &t, &e), -1);
+    assert_int_equal(ls_req_parse_tokenize(c, strlen(c), &t, &e), -1);
     assert_string_equal(e.param, "content");
     /* Anywhere in the body, unknown fields and keys included. */
     const char *f = "{\"tokens\":[1],\"x\":{\"y\":[\"\",\"\\u0000\"]}}";
-    assert_int_equal(lsr_parse_detokenize(f, strlen(f), &d, &e), -1);
+    assert_int_equal(ls_req_parse_detokenize(f, strlen(f), &d, &e), -1);
     assert_string_equal(e.param, "x.y[1]");
     assert_null(d.tokens);
     const char *g = "{\"tokens\\u0000x\":[1]}";
-    assert_int_equal(lsr_parse_detokenize(g, strlen(g), &d, &e), -1);
+    assert_int_equal(ls_req_parse_detokenize(g, strlen(g), &d, &e), -1);
     assert_int_equal(e.status, 400);
     assert_non_null(strstr(e.message, "U+0000"));
     expect_error_n(LSR_CHAT,
@@ -166,8 +166,8 @@ static void test_nul_refused(void **state) {
 /* Duplicate keys: the last one wins (like Python, JavaScript and llama-server). */
 static void test_duplicate_keys_last_wins(void **state) {
     (void)state;
-    lsr_request r;
-    lsr_error e;
+    ls_request r;
+    ls_req_error e;
     const char *a = "{\"messages\":[{\"role\":\"tool\",\"role\":\"user\",\"content\":5,\"content\":\"x\"}],"
                     "\"max_tokens\":4,\"max_tokens\":7,\"stream\":\"no\",\"stream\":true}";
     assert_int_equal(parse(LSR_CHAT, a, &r, &e), 0);
@@ -175,7 +175,7 @@ static void test_duplicate_keys_last_wins(void **state) {
     assert_string_equal(r.messages[0].role, "user");
     assert_string_equal(r.messages[0].content, "x");
     assert_true(r.stream);
-    lsr_request_free(&r);
+    ls_request_free(&r);
     expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"messages\":5}", 400, "messages");
     expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":4,\"max_tokens\":0}",
                  400, "max_tokens");
@@ -183,18 +183,18 @@ static void test_duplicate_keys_last_wins(void **state) {
     const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":5,\"text\":\"ok\"}]}]}";
     assert_int_equal(parse(LSR_CHAT, b, &r, &e), 0);
     assert_string_equal(r.messages[0].content, "ok");
-    lsr_request_free(&r);
+    ls_request_free(&r);
     expect_error(LSR_CHAT,
                  "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"ok\",\"text\":5}]}]}",
                  400, "messages[0].content");
-    lsr_tokenize t;
+    ls_req_tokenize t;
     const char *c = "{\"content\":\"first\",\"content\":\"second\"}";
-    assert_int_equal(lsr_parse_tokenize(c, strlen(c), &t, &e), 0);
+    assert_int_equal(ls_req_parse_tokenize(c, strlen(c), &t, &e), 0);
     assert_string_equal(t.content, "second");
-    lsr_tokenize_free(&t);
-    lsr_detokenize d;
+    ls_req_tokenize_free(&t);
+    ls_req_detokenize d;
     const char *f = "{\"tokens\":[1,2],\"tokens\":\"x\"}";
-    assert_int_equal(lsr_parse_detokenize(f, strlen(f), &d, &e), -1);
+    assert_int_equal(ls_req_parse_detokenize(f, strlen(f), &d, &e), -1);
     assert_string_equal(e.param, "tokens");
 }
 
@@ -205,13 +205,13 @@ static void test_null_content(void **state) {
     expect_error(LSR_CHAT,
                  "{\"messages\":[{\"role\":\"system\",\"content\":null},{\"role\":\"user\",\"content\":\"x\"}]}", 400,
                  "messages[0].content");
-    lsr_request r;
-    lsr_error e;
+    ls_request r;
+    ls_req_error e;
     const char *a = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null},"
                     "{\"role\":\"user\",\"content\":\"y\"}]}";
     assert_int_equal(parse(LSR_CHAT, a, &r, &e), 0);
     assert_string_equal(r.messages[1].content, "");
-    lsr_request_free(&r);
+    ls_request_free(&r);
 }
 
 /* Too deep a body names the nesting limit, not a byte offset. */
@@ -225,9 +225,9 @@ static void test_nesting_limit(void **state) {
     for (int i = 0; i < DEEP; i++) buf[n++] = ']';
     buf[n++] = '}';
     expect_error_n(LSR_CHAT, buf, n, "", "nested deeper than");
-    lsr_tokenize t;
-    lsr_error e;
-    assert_int_equal(lsr_parse_tokenize(buf, n, &t, &e), -1);
+    ls_req_tokenize t;
+    ls_req_error e;
+    assert_int_equal(ls_req_parse_tokenize(buf, n, &t, &e), -1);
     assert_non_null(strstr(e.message, "nested deeper than"));
     /* Brackets inside a string do not count; this one is merely truncated. */
     n = (size_t)snprintf(buf, sizeof buf, "{\"content\":\"");
@@ -238,27 +238,27 @@ static void test_nesting_limit(void **state) {
     for (int i = 0; i < 100; i++) buf[n++] = '[';
     for (int i = 0; i < 100; i++) buf[n++] = ']';
     buf[n++] = '}';
-    assert_int_equal(lsr_parse_tokenize(buf, n, &t, &e), 0);
-    lsr_tokenize_free(&t);
+    assert_int_equal(ls_req_parse_tokenize(buf, n, &t, &e), 0);
+    ls_req_tokenize_free(&t);
 }
 
 /* Feed `chunks` one by one; return what was released (sent) and whether a stop hit. */
 static void run_stop(const char *const *chunks, int n, char *const *stops, int n_stop, char *out, bool *hit) {
-    lss_stopbuf b;
-    lss_stop_init(&b);
+    ls_stopbuf b;
+    ls_stop_init(&b);
     size_t sent = 0;
     out[0] = 0;
     for (int i = 0; i < n; i++) {
-        assert_int_equal(lss_stop_append(&b, chunks[i], strlen(chunks[i]), stops, n_stop), 0);
+        assert_int_equal(ls_stop_append(&b, chunks[i], strlen(chunks[i]), stops, n_stop), 0);
         assert_true(b.sent >= sent && b.sent <= b.len);
         strncat(out, b.text + sent, b.sent - sent);
         sent = b.sent;
         if (b.hit) break;
     }
-    if (!b.hit) lss_stop_finish(&b);
+    if (!b.hit) ls_stop_finish(&b);
     strncat(out, b.text + sent, b.sent - sent);
     *hit = b.hit;
-    lss_stop_free(&b);
+    ls_stop_free(&b);
 }
 
 static void test_stop_across_chunks(void **state) {
@@ -291,14 +291,14 @@ static void test_stop_across_chunks(void **state) {
 
 static void test_stop_holds_back_only_prefixes(void **state) {
     (void)state;
-    lss_stopbuf b;
-    lss_stop_init(&b);
+    ls_stopbuf b;
+    ls_stop_init(&b);
     char *stops[] = {"<end>"};
-    assert_int_equal(lss_stop_append(&b, "abc<e", 5, stops, 1), 0);
+    assert_int_equal(ls_stop_append(&b, "abc<e", 5, stops, 1), 0);
     assert_int_equal(b.sent, 3); /* "<e" might start "<end>" */
-    assert_int_equal(lss_stop_append(&b, "x", 1, stops, 1), 0);
+    assert_int_equal(ls_stop_append(&b, "x", 1, stops, 1), 0);
     assert_int_equal(b.sent, 6); /* no longer a prefix: released */
-    lss_stop_free(&b);
+    ls_stop_free(&b);
 }
 
 int main(void) {

@@ -596,13 +596,13 @@ static int load_variant(int variant, ls_tokenizer **t, char *err, size_t errlen)
     gbuf b = build_gguf(variant);
     gguf_file *f = NULL;
     char gerr[256];
-    if (gguf_open_memory(b.p, b.n, &f, gerr, sizeof gerr) != 0) {
-        fprintf(stderr, "gguf_open_memory(variant %d): %s\n", variant, gerr);
+    if (ls_gguf_open_memory(b.p, b.n, &f, gerr, sizeof gerr) != 0) {
+        fprintf(stderr, "ls_gguf_open_memory(variant %d): %s\n", variant, gerr);
         free(b.p);
         return -100;
     }
     int rc = ls_tokenizer_from_gguf(f, t, err, errlen);
-    gguf_close(f);
+    ls_gguf_close(f);
     free(b.p);
     return rc;
 }
@@ -670,7 +670,7 @@ static int model_setup(void **st) {
     const char *path = getenv("LOCKSTEP_MODEL");
     if (!path) return 0;
     char err[256];
-    if (gguf_open(path, &g_file, err, sizeof err) != 0) {
+    if (ls_gguf_open(path, &g_file, err, sizeof err) != 0) {
         fprintf(stderr, "note: model not available (%s); model tests skipped\n", err);
         return 0;
     }
@@ -686,7 +686,7 @@ static int model_setup(void **st) {
 static int model_teardown(void **st) {
     (void)st;
     ls_tokenizer_free(g_tok);
-    gguf_close(g_file);
+    ls_gguf_close(g_file);
     return 0;
 }
 

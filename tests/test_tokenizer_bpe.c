@@ -251,7 +251,7 @@ static int g4_setup(void **st) {
         fprintf(stderr, "cannot read %s (xz installed?)\n", path);
         return -1;
     }
-    if (gguf_open_memory(g4_bytes, len, &g4_file, err, sizeof err) != 0) {
+    if (ls_gguf_open_memory(g4_bytes, len, &g4_file, err, sizeof err) != 0) {
         fprintf(stderr, "gguf: %s\n", err);
         return -1;
     }
@@ -267,7 +267,7 @@ static int g4_setup(void **st) {
 static int g4_teardown(void **st) {
     (void)st;
     ls_tokenizer_free(g4);
-    gguf_close(g4_file);
+    ls_gguf_close(g4_file);
     free(g4_bytes);
     return 0;
 }

@@ -232,7 +232,7 @@ static uint64_t vtype_size(uint32_t t) {
     return t < sizeof sizes ? sizes[t] : 0;
 }
 
-const char *gguf_vtype_name(uint32_t t) {
+const char *ls_gguf_vtype_name(uint32_t t) {
     static const char *names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                   "bool", "string", "array", "u64", "i64", "f64"};
     return vtype_valid(t) ? names[t] : "?";
@@ -300,8 +300,8 @@ static void array_parse(gguf_parser *p, int depth, gguf_value *out) {
     }
     uint64_t min = elem == GGUF_VT_STRING ? 8 : elem == GGUF_VT_ARRAY ? GGUF_MIN_ARRAY_SIZE : vtype_size(elem);
     if (count > cur_left(p) / min) {
-        parser_fail(p, "array count %" PRIu64 " of %s too large for remaining %zu bytes", count, gguf_vtype_name(elem),
-                    cur_left(p));
+        parser_fail(p, "array count %" PRIu64 " of %s too large for remaining %zu bytes", count,
+                    ls_gguf_vtype_name(elem), cur_left(p));
         return;
     }
     const uint8_t *data = p->base + p->pos;
@@ -337,7 +337,7 @@ static void value_parse(gguf_parser *p, uint32_t type, int depth, gguf_value *ou
     } else if (type == GGUF_VT_ARRAY) {
         array_parse(p, depth + 1, out);
     } else if (vtype_valid(type)) {
-        const uint8_t *b = cur_take(p, vtype_size(type), gguf_vtype_name(type));
+        const uint8_t *b = cur_take(p, vtype_size(type), ls_gguf_vtype_name(type));
         if (out && b) scalar_decode(type, b, out);
     } else {
         parser_fail(p, "unknown value type %" PRIu32, type);
@@ -451,10 +451,10 @@ static void header_parse(gguf_parser *p, gguf_file *f) {
 /* general.alignment: u32, a nonzero power of two; 32 when absent. */
 static void alignment_parse(gguf_parser *p, gguf_file *f) {
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
-    const gguf_value *a = gguf_find(f, "general.alignment");
+    const gguf_value *a = ls_gguf_find(f, "general.alignment");
     if (!a) return;
     if (a->type != GGUF_VT_U32)
-        parser_fail(p, "general.alignment has type %s, expected u32", gguf_vtype_name(a->type));
+        parser_fail(p, "general.alignment has type %s, expected u32", ls_gguf_vtype_name(a->type));
     else if (a->v.u == 0 || (a->v.u & (a->v.u - 1)) != 0)
         parser_fail(p, "general.alignment = %" PRIu64 " is not a nonzero power of two", a->v.u);
     else
@@ -647,7 +647,7 @@ static void tensors_parse(gguf_parser *p, gguf_file *f) {
  * Open / close
  * ------------------------------------------------------------------------------------- */
 
-int gguf_open_memory(const void *data, size_t size, gguf_file **out, char *err, size_t errlen) {
+int ls_gguf_open_memory(const void *data, size_t size, gguf_file **out, char *err, size_t errlen) {
     static const uint8_t empty[1];
     *out = NULL;
     if (err && errlen) err[0] = 0;
@@ -663,14 +663,14 @@ int gguf_open_memory(const void *data, size_t size, gguf_file **out, char *err, 
     if (!p.failed) metadata_parse(&p, f);
     if (!p.failed) tensors_parse(&p, f);
     if (p.failed) {
-        gguf_close(f);
+        ls_gguf_close(f);
         return -1;
     }
     *out = f;
     return 0;
 }
 
-int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
+int ls_gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -695,7 +695,7 @@ int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
         }
     }
     close(fd); /* the mapping keeps the file */
-    if (gguf_open_memory(map, size, out, err, errlen) != 0) {
+    if (ls_gguf_open_memory(map, size, out, err, errlen) != 0) {
         if (map) munmap(map, size);
         return -1;
     }
@@ -703,12 +703,12 @@ int gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
     return 0;
 }
 
-void gguf_mapping(const gguf_file *f, const void **base, size_t *size) {
+void ls_gguf_mapping(const gguf_file *f, const void **base, size_t *size) {
     *base = f->base;
     *size = f->size;
 }
 
-void gguf_close(gguf_file *f) {
+void ls_gguf_close(gguf_file *f) {
     if (!f) return;
     free(f->kvs);
     free(f->items);
@@ -724,35 +724,35 @@ void gguf_close(gguf_file *f) {
  * Accessors
  * ------------------------------------------------------------------------------------- */
 
-uint32_t gguf_version(const gguf_file *f) {
+uint32_t ls_gguf_version(const gguf_file *f) {
     return f->version;
 }
-uint32_t gguf_alignment(const gguf_file *f) {
+uint32_t ls_gguf_alignment(const gguf_file *f) {
     return f->alignment;
 }
-uint64_t gguf_data_offset(const gguf_file *f) {
+uint64_t ls_gguf_data_offset(const gguf_file *f) {
     return f->data_offset;
 }
-uint64_t gguf_n_kv(const gguf_file *f) {
+uint64_t ls_gguf_n_kv(const gguf_file *f) {
     return f->n_kv;
 }
-uint64_t gguf_n_tensors(const gguf_file *f) {
+uint64_t ls_gguf_n_tensors(const gguf_file *f) {
     return f->n_tensors;
 }
 
-const gguf_kv *gguf_kv_at(const gguf_file *f, uint64_t i) {
+const gguf_kv *ls_gguf_kv_at(const gguf_file *f, uint64_t i) {
     return i < f->n_kv ? &f->kvs[i] : NULL;
 }
-const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i) {
+const gguf_tensor *ls_gguf_tensor_at(const gguf_file *f, uint64_t i) {
     return i < f->n_tensors ? &f->tensors[i] : NULL;
 }
 
-const gguf_value *gguf_find(const gguf_file *f, const char *key) {
+const gguf_value *ls_gguf_find(const gguf_file *f, const char *key) {
     const gguf_ref *r = ref_find(f->kv_index, f->n_kv, key);
     return r ? &f->kvs[r->idx].value : NULL;
 }
 
-const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
+const gguf_tensor *ls_gguf_find_tensor(const gguf_file *f, const char *name) {
     const gguf_ref *r = ref_find(f->tensor_index, f->n_tensors, name);
     return r ? &f->tensors[r->idx] : NULL;
 }
@@ -789,8 +789,8 @@ static int value_f32(const gguf_value *v, float *out) {
     return 0;
 }
 
-int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
-    const gguf_value *v = gguf_find(f, key);
+int ls_gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
+    const gguf_value *v = ls_gguf_find(f, key);
     if (!v) return -1;
     if (is_uint(v->type) && v->v.u <= UINT32_MAX)
         *out = (uint32_t)v->v.u;
@@ -801,34 +801,34 @@ int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
     return 0;
 }
 
-int gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
-    const gguf_value *v = gguf_find(f, key);
+int ls_gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
+    const gguf_value *v = ls_gguf_find(f, key);
     return v ? value_i64(v, out) : -1;
 }
 
-int gguf_get_f32(const gguf_file *f, const char *key, float *out) {
-    const gguf_value *v = gguf_find(f, key);
+int ls_gguf_get_f32(const gguf_file *f, const char *key, float *out) {
+    const gguf_value *v = ls_gguf_find(f, key);
     return v ? value_f32(v, out) : -1;
 }
 
-int gguf_get_bool(const gguf_file *f, const char *key, int *out) {
-    const gguf_value *v = gguf_find(f, key);
+int ls_gguf_get_bool(const gguf_file *f, const char *key, int *out) {
+    const gguf_value *v = ls_gguf_find(f, key);
     if (!v) return -1;
     if (v->type != GGUF_VT_BOOL) return -2;
     *out = (int)v->v.u;
     return 0;
 }
 
-int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
-    const gguf_value *v = gguf_find(f, key);
+int ls_gguf_get_str(const gguf_file *f, const char *key, gguf_str *out) {
+    const gguf_value *v = ls_gguf_find(f, key);
     if (!v) return -1;
     if (v->type != GGUF_VT_STRING) return -2;
     *out = v->v.s;
     return 0;
 }
 
-int gguf_get_arr(const gguf_file *f, const char *key, const gguf_value **out) {
-    const gguf_value *v = gguf_find(f, key);
+int ls_gguf_get_arr(const gguf_file *f, const char *key, const gguf_value **out) {
+    const gguf_value *v = ls_gguf_find(f, key);
     if (!v) return -1;
     if (v->type != GGUF_VT_ARRAY) return -2;
     *out = v;
@@ -844,27 +844,27 @@ static int arr_elem(const gguf_value *arr, uint64_t i, gguf_value *out) {
     return 0;
 }
 
-int gguf_arr_str(const gguf_value *arr, uint64_t i, gguf_str *out) {
+int ls_gguf_arr_str(const gguf_value *arr, uint64_t i, gguf_str *out) {
     if (!arr || arr->type != GGUF_VT_ARRAY || i >= arr->v.arr.count) return -1;
     if (arr->v.arr.elem != GGUF_VT_STRING) return -2;
     *out = arr->v.arr.items[i].v.s;
     return 0;
 }
 
-int gguf_arr_sub(const gguf_value *arr, uint64_t i, const gguf_value **out) {
+int ls_gguf_arr_sub(const gguf_value *arr, uint64_t i, const gguf_value **out) {
     if (!arr || arr->type != GGUF_VT_ARRAY || i >= arr->v.arr.count) return -1;
     if (arr->v.arr.elem != GGUF_VT_ARRAY) return -2;
     *out = &arr->v.arr.items[i];
     return 0;
 }
 
-int gguf_arr_i64(const gguf_value *arr, uint64_t i, int64_t *out) {
+int ls_gguf_arr_i64(const gguf_value *arr, uint64_t i, int64_t *out) {
     gguf_value v;
     int rc = arr_elem(arr, i, &v);
     return rc ? rc : value_i64(&v, out);
 }
 
-int gguf_arr_f32(const gguf_value *arr, uint64_t i, float *out) {
+int ls_gguf_arr_f32(const gguf_value *arr, uint64_t i, float *out) {
     gguf_value v;
     int rc = arr_elem(arr, i, &v);
     return rc ? rc : value_f32(&v, out);

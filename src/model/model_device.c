@@ -13,7 +13,7 @@ int ls_model_for_each_range(const ls_model *m, ls_range_fn fn, void *ud) {
     const void *base;
     size_t size;
     if (m->gguf) {
-        gguf_mapping(m->gguf, &base, &size);
+        ls_gguf_mapping(m->gguf, &base, &size);
         if (size && fn(ud, base, size) != 0) return -1;
     }
     if (m->st)

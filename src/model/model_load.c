@@ -18,7 +18,7 @@ static int get_i32(const gguf_file *f, const char *arch, const char *suffix, int
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int64_t v;
-    int rc = gguf_get_i64(f, key, &v);
+    int rc = ls_gguf_get_i64(f, key, &v);
     if (rc == -1 && !required) return 0;
     if (rc != 0) {
         ERRF("model: %s metadata '%s'", rc == -1 ? "missing" : "bad", key);
@@ -35,7 +35,7 @@ static int get_i32(const gguf_file *f, const char *arch, const char *suffix, int
 static int get_f32(const gguf_file *f, const char *arch, const char *suffix, float *out, char *err, size_t errlen) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int rc = gguf_get_f32(f, key, out);
+    int rc = ls_gguf_get_f32(f, key, out);
     if (rc == -1) return 0; /* keep default */
     if (rc != 0 || !isfinite(*out) || *out <= 0) {
         ERRF("model: bad metadata '%s'", key);
@@ -47,7 +47,7 @@ static int get_f32(const gguf_file *f, const char *arch, const char *suffix, flo
 /* Bind a 2-D weight [rows x cols] (GGUF ne = {cols, rows}) and check its shape. */
 static int bind_weight(ls_model *m, const char *name, int64_t rows, int64_t cols, ls_weight *w, char *err,
                        size_t errlen) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    const gguf_tensor *t = ls_gguf_find_tensor(m->gguf, name);
     if (!t) {
         ERRF("model: missing tensor '%s'", name);
         return -1;
@@ -74,7 +74,7 @@ static int bind_weight(ls_model *m, const char *name, int64_t rows, int64_t cols
 
 /* Bind a norm vector of n floats; non-F32 storage is converted into an owned buffer. */
 static int bind_vec(ls_model *m, const char *name, int64_t n, const float **out, char *err, size_t errlen) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    const gguf_tensor *t = ls_gguf_find_tensor(m->gguf, name);
     if (!t) {
         ERRF("model: missing tensor '%s'", name);
         return -1;
@@ -164,7 +164,7 @@ static int read_config(ls_model *m, char *err, size_t errlen) {
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     gguf_str st;
-    if (gguf_get_str(f, key, &st) == 0 && !(st.len == 4 && memcmp(st.ptr, "none", 4) == 0)) {
+    if (ls_gguf_get_str(f, key, &st) == 0 && !(st.len == 4 && memcmp(st.ptr, "none", 4) == 0)) {
         ERRF("model: rope scaling '%.*s' is not supported yet", (int)st.len, st.ptr);
         return -1;
     }
@@ -185,7 +185,7 @@ static int read_config(ls_model *m, char *err, size_t errlen) {
 
 static int bind_tensors(ls_model *m, char *err, size_t errlen) {
     ls_config *c = &m->cfg;
-    const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
+    const gguf_tensor *te = ls_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!te || te->n_dims != 2) {
         ERRF("model: missing or malformed tensor 'token_embd.weight'");
         return -1;
@@ -249,7 +249,7 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
         *out = m;
         return LS_OK;
     }
-    if (gguf_open(path, &m->gguf, err, errlen) != 0) goto fail;
+    if (ls_gguf_open(path, &m->gguf, err, errlen) != 0) goto fail;
     struct stat sb;
     if (stat(path, &sb) == 0) {
         m->file_size = (uint64_t)sb.st_size;
@@ -257,7 +257,7 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
     }
     if (!realpath(path, m->path)) snprintf(m->path, sizeof m->path, "%s", path);
     gguf_str s;
-    if (gguf_get_str(m->gguf, "general.architecture", &s) != 0) {
+    if (ls_gguf_get_str(m->gguf, "general.architecture", &s) != 0) {
         ERRF("model: '%s' has no general.architecture", path);
         goto fail;
     }
@@ -266,7 +266,7 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
         goto fail;
     }
     memcpy(m->arch, s.ptr, s.len);
-    if (gguf_get_str(m->gguf, "general.name", &s) == 0)
+    if (ls_gguf_get_str(m->gguf, "general.name", &s) == 0)
         snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len > 100 ? 100 : s.len), s.ptr);
     if (read_config(m, err, errlen) || bind_tensors(m, err, errlen)) goto fail;
     if (ls_tokenizer_from_gguf(m->gguf, &m->tok, err, errlen) != 0) goto fail;
@@ -291,7 +291,7 @@ void ls_model_close(ls_model *m) {
     free(m->moes);
     free(m->expert_w);
     ls_tokenizer_free(m->tok);
-    gguf_close(m->gguf);
+    ls_gguf_close(m->gguf);
     ls_st_close(m->st);
     free(m);
 }

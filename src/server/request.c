@@ -10,7 +10,7 @@
 
 #include "request.h"
 
-int lsr_fail(lsr_error *err, int status, const char *param, const char *code, const char *fmt, ...) {
+int ls_req_fail(ls_req_error *err, int status, const char *param, const char *code, const char *fmt, ...) {
     err->status = status;
     snprintf(err->param, sizeof err->param, "%s", param ? param : "");
     snprintf(err->code, sizeof err->code, "%s", code ? code : "");
@@ -21,7 +21,7 @@ int lsr_fail(lsr_error *err, int status, const char *param, const char *code, co
     return -1;
 }
 
-bool lsr_utf8_valid(const char *str, size_t len) {
+bool ls_req_utf8_valid(const char *str, size_t len) {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
     while (i < len) {
@@ -71,48 +71,48 @@ static cJSON *field(const cJSON *obj, const char *name) {
     return (f && !cJSON_IsNull(f)) ? f : NULL;
 }
 
-static int get_bool(const cJSON *obj, const char *name, bool *out, lsr_error *err) {
+static int get_bool(const cJSON *obj, const char *name, bool *out, ls_req_error *err) {
     cJSON *f = field(obj, name);
     if (!f) return 0;
-    if (!cJSON_IsBool(f)) return lsr_fail(err, 400, name, "invalid_type", "'%s' must be a boolean", name);
+    if (!cJSON_IsBool(f)) return ls_req_fail(err, 400, name, "invalid_type", "'%s' must be a boolean", name);
     *out = cJSON_IsTrue(f);
     return 0;
 }
 
 static int get_num(const cJSON *obj, const char *name, double lo, double hi, bool *present, float *out,
-                   lsr_error *err) {
+                   ls_req_error *err) {
     cJSON *f = field(obj, name);
     if (!f) return 0;
-    if (!cJSON_IsNumber(f)) return lsr_fail(err, 400, name, "invalid_type", "'%s' must be a number", name);
+    if (!cJSON_IsNumber(f)) return ls_req_fail(err, 400, name, "invalid_type", "'%s' must be a number", name);
     double v = f->valuedouble;
     if (!isfinite(v) || v < lo || v > hi)
-        return lsr_fail(err, 400, name, "invalid_value", "'%s' must be in [%g, %g], got %g", name, lo, hi, v);
+        return ls_req_fail(err, 400, name, "invalid_value", "'%s' must be in [%g, %g], got %g", name, lo, hi, v);
     *out = (float)v;
     if (present) *present = true;
     return 0;
 }
 
 static int get_int(const cJSON *obj, const char *name, double lo, double hi, bool *present, double *out,
-                   lsr_error *err) {
+                   ls_req_error *err) {
     cJSON *f = field(obj, name);
     if (!f) return 0;
     if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble) || floor(f->valuedouble) != f->valuedouble)
-        return lsr_fail(err, 400, name, "invalid_type", "'%s' must be an integer", name);
+        return ls_req_fail(err, 400, name, "invalid_type", "'%s' must be an integer", name);
     double v = f->valuedouble;
     if (v < lo || v > hi)
-        return lsr_fail(err, 400, name, "invalid_value", "'%s' must be in [%.0f, %.0f], got %.0f", name, lo, hi, v);
+        return ls_req_fail(err, 400, name, "invalid_value", "'%s' must be in [%.0f, %.0f], got %.0f", name, lo, hi, v);
     *out = v;
     if (present) *present = true;
     return 0;
 }
 
 /* A string value, checked for UTF-8; copied into *out (malloc'ed). */
-static int dup_string(const cJSON *f, const char *param, char **out, lsr_error *err) {
+static int dup_string(const cJSON *f, const char *param, char **out, ls_req_error *err) {
     const char *s = f->valuestring;
     size_t n = strlen(s);
-    if (!lsr_utf8_valid(s, n)) return lsr_fail(err, 400, param, "invalid_utf8", "'%s' is not valid UTF-8", param);
+    if (!ls_req_utf8_valid(s, n)) return ls_req_fail(err, 400, param, "invalid_utf8", "'%s' is not valid UTF-8", param);
     *out = malloc(n + 1);
-    if (!*out) return lsr_fail(err, 500, param, NULL, "out of memory");
+    if (!*out) return ls_req_fail(err, 500, param, NULL, "out of memory");
     memcpy(*out, s, n + 1);
     return 0;
 }
@@ -165,7 +165,7 @@ static bool string_has_nul(const char *json, size_t len, size_t i, size_t *close
  * silently truncate it: refuse the body, naming the field (a path like
  * "messages[1].content[0].text"). Runs on the raw text of a body cJSON accepted. */
 enum { NUL_PATH_DEPTH = 16 };
-static int check_nul(const char *json, size_t len, lsr_error *err) {
+static int check_nul(const char *json, size_t len, ls_req_error *err) {
     bool any = false; /* fast path: no candidate at all */
     for (size_t i = 0; i < len && !any; i++)
         any = json[i] == '\0' ||
@@ -228,7 +228,7 @@ static int check_nul(const char *json, size_t len, lsr_error *err) {
                  * keep the path printable. */
                 for (size_t k = 0; k < n; k++)
                     if ((unsigned char)path[k] < 0x20 || (unsigned char)path[k] >= 0x7f) path[k] = '?';
-                return lsr_fail(err, 400, path, "invalid_value", "'%s': strings must not contain U+0000", path);
+                return ls_req_fail(err, 400, path, "invalid_value", "'%s': strings must not contain U+0000", path);
             }
             i = close;
         }
@@ -236,28 +236,29 @@ static int check_nul(const char *json, size_t len, lsr_error *err) {
     return 0;
 }
 
-static int parse_root(const char *json, size_t len, cJSON **root, lsr_error *err) {
+static int parse_root(const char *json, size_t len, cJSON **root, ls_req_error *err) {
     *root = NULL;
-    if (len == 0) return lsr_fail(err, 400, NULL, "invalid_json", "empty request body; expected a JSON object");
+    if (len == 0) return ls_req_fail(err, 400, NULL, "invalid_json", "empty request body; expected a JSON object");
     const char *end = NULL;
     cJSON *r = cJSON_ParseWithLengthOpts(json, len, &end, false);
     if (!r) {
         size_t off = end && end >= json ? (size_t)(end - json) : 0;
         if (nested_too_deep(json, len, off))
-            return lsr_fail(err, 400, NULL, "invalid_json", "JSON nested deeper than %d levels", CJSON_NESTING_LIMIT);
-        return lsr_fail(err, 400, NULL, "invalid_json", "malformed JSON near byte %zu", off);
+            return ls_req_fail(err, 400, NULL, "invalid_json", "JSON nested deeper than %d levels",
+                               CJSON_NESTING_LIMIT);
+        return ls_req_fail(err, 400, NULL, "invalid_json", "malformed JSON near byte %zu", off);
     }
     /* Only whitespace may follow the value. */
     for (const char *p = end; p && p < json + len; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
             cJSON_Delete(r);
-            return lsr_fail(err, 400, NULL, "invalid_json", "unexpected data after the JSON value at byte %zu",
-                            (size_t)(p - json));
+            return ls_req_fail(err, 400, NULL, "invalid_json", "unexpected data after the JSON value at byte %zu",
+                               (size_t)(p - json));
         }
     }
     if (!cJSON_IsObject(r)) {
         cJSON_Delete(r);
-        return lsr_fail(err, 400, NULL, "invalid_json", "the request body must be a JSON object");
+        return ls_req_fail(err, 400, NULL, "invalid_json", "the request body must be a JSON object");
     }
     if (check_nul(json, (size_t)(end - json), err) != 0) {
         cJSON_Delete(r);
@@ -269,14 +270,14 @@ static int parse_root(const char *json, size_t len, cJSON **root, lsr_error *err
 
 /* Message content: a string, or an array of {"type": "text", "text": string} parts (joined).
  * Absent or null (only allowed on assistant messages; the caller checks): "". */
-static int parse_content(const cJSON *c, const char *param, char **out, lsr_error *err) {
+static int parse_content(const cJSON *c, const char *param, char **out, ls_req_error *err) {
     if (!c || cJSON_IsNull(c)) {
         *out = strdup("");
-        return *out ? 0 : lsr_fail(err, 500, param, NULL, "out of memory");
+        return *out ? 0 : ls_req_fail(err, 500, param, NULL, "out of memory");
     }
     if (cJSON_IsString(c)) return dup_string(c, param, out, err);
     if (!cJSON_IsArray(c))
-        return lsr_fail(err, 400, param, "invalid_type", "'%s' must be a string or an array of text parts", param);
+        return ls_req_fail(err, 400, param, "invalid_type", "'%s' must be a string or an array of text parts", param);
     size_t total = 0;
     const cJSON *part;
     cJSON_ArrayForEach(part, c) {
@@ -284,14 +285,14 @@ static int parse_content(const cJSON *c, const char *param, char **out, lsr_erro
         const cJSON *text = member(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
             !cJSON_IsString(text))
-            return lsr_fail(err, 400, param, "invalid_value",
-                            "'%s': only {\"type\": \"text\", \"text\": ...} parts "
-                            "are supported",
-                            param);
+            return ls_req_fail(err, 400, param, "invalid_value",
+                               "'%s': only {\"type\": \"text\", \"text\": ...} parts "
+                               "are supported",
+                               param);
         total += strlen(text->valuestring);
     }
     char *buf = malloc(total + 1);
-    if (!buf) return lsr_fail(err, 500, param, NULL, "out of memory");
+    if (!buf) return ls_req_fail(err, 500, param, NULL, "out of memory");
     size_t n = 0;
     cJSON_ArrayForEach(part, c) {
         const char *t = member(part, "text")->valuestring;
@@ -300,53 +301,54 @@ static int parse_content(const cJSON *c, const char *param, char **out, lsr_erro
         n += k;
     }
     buf[n] = 0;
-    if (!lsr_utf8_valid(buf, n)) {
+    if (!ls_req_utf8_valid(buf, n)) {
         free(buf);
-        return lsr_fail(err, 400, param, "invalid_utf8", "'%s' is not valid UTF-8", param);
+        return ls_req_fail(err, 400, param, "invalid_utf8", "'%s' is not valid UTF-8", param);
     }
     *out = buf;
     return 0;
 }
 
-static int parse_messages(const cJSON *root, lsr_request *r, lsr_error *err) {
+static int parse_messages(const cJSON *root, ls_request *r, ls_req_error *err) {
     const cJSON *msgs = field(root, "messages");
-    if (!msgs) return lsr_fail(err, 400, "messages", "missing_required_parameter", "'messages' is required");
-    if (!cJSON_IsArray(msgs)) return lsr_fail(err, 400, "messages", "invalid_type", "'messages' must be an array");
+    if (!msgs) return ls_req_fail(err, 400, "messages", "missing_required_parameter", "'messages' is required");
+    if (!cJSON_IsArray(msgs)) return ls_req_fail(err, 400, "messages", "invalid_type", "'messages' must be an array");
     int n = cJSON_GetArraySize(msgs);
-    if (n == 0) return lsr_fail(err, 400, "messages", "invalid_value", "'messages' must not be empty");
+    if (n == 0) return ls_req_fail(err, 400, "messages", "invalid_value", "'messages' must not be empty");
     if (n > LSR_MAX_MESSAGES)
-        return lsr_fail(err, 400, "messages", "invalid_value", "too many messages (%d > %d)", n, LSR_MAX_MESSAGES);
+        return ls_req_fail(err, 400, "messages", "invalid_value", "too many messages (%d > %d)", n, LSR_MAX_MESSAGES);
     r->messages = calloc((size_t)n, sizeof *r->messages);
-    if (!r->messages) return lsr_fail(err, 500, "messages", NULL, "out of memory");
+    if (!r->messages) return ls_req_fail(err, 500, "messages", NULL, "out of memory");
     const cJSON *m;
     int i = 0;
     cJSON_ArrayForEach(m, msgs) {
         char param[64];
         snprintf(param, sizeof param, "messages[%d]", i);
-        if (!cJSON_IsObject(m)) return lsr_fail(err, 400, param, "invalid_type", "'%s' must be an object", param);
+        if (!cJSON_IsObject(m)) return ls_req_fail(err, 400, param, "invalid_type", "'%s' must be an object", param);
         const cJSON *role = member(m, "role");
         snprintf(param, sizeof param, "messages[%d].role", i);
-        if (!cJSON_IsString(role)) return lsr_fail(err, 400, param, "invalid_type", "'%s' must be a string", param);
+        if (!cJSON_IsString(role)) return ls_req_fail(err, 400, param, "invalid_type", "'%s' must be a string", param);
         const char *rs = role->valuestring;
         const char *canon = !strcmp(rs, "system") || !strcmp(rs, "developer") ? "system"
                             : !strcmp(rs, "user")                             ? "user"
                             : !strcmp(rs, "assistant")                        ? "assistant"
                                                                               : NULL;
         if (!canon)
-            return lsr_fail(err, 400, param, "invalid_value", "'%s' must be one of system, developer, user, assistant",
-                            param);
+            return ls_req_fail(err, 400, param, "invalid_value",
+                               "'%s' must be one of system, developer, user, assistant", param);
         r->messages[i].role = canon; /* static string */
         snprintf(param, sizeof param, "messages[%d].content", i);
         char *content = NULL;
         const cJSON *c = member(m, "content");
         bool assistant = strcmp(rs, "assistant") == 0;
-        if (!c && !assistant) return lsr_fail(err, 400, param, "missing_required_parameter", "'%s' is required", param);
+        if (!c && !assistant)
+            return ls_req_fail(err, 400, param, "missing_required_parameter", "'%s' is required", param);
         /* Like OpenAI: null content is for assistant messages only (as "" here). */
         if (cJSON_IsNull(c) && !assistant)
-            return lsr_fail(err, 400, param, "invalid_type",
-                            "'%s' must be a string or an array of text parts (null is only allowed on assistant "
-                            "messages)",
-                            param);
+            return ls_req_fail(err, 400, param, "invalid_type",
+                               "'%s' must be a string or an array of text parts (null is only allowed on assistant "
+                               "messages)",
+                               param);
         if (parse_content(c, param, &content, err) != 0) return -1;
         r->messages[i].content = content;
         r->n_messages = ++i;
@@ -354,48 +356,48 @@ static int parse_messages(const cJSON *root, lsr_request *r, lsr_error *err) {
     return 0;
 }
 
-static int parse_prompt(const cJSON *root, lsr_request *r, lsr_error *err) {
+static int parse_prompt(const cJSON *root, ls_request *r, ls_req_error *err) {
     const cJSON *p = field(root, "prompt");
-    if (!p) return lsr_fail(err, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+    if (!p) return ls_req_fail(err, 400, "prompt", "missing_required_parameter", "'prompt' is required");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
         p = cJSON_GetArrayItem(p, 0);
     if (!cJSON_IsString(p))
-        return lsr_fail(err, 400, "prompt", "invalid_type", "'prompt' must be a string (or an array of one string)");
-    if (!p->valuestring[0]) return lsr_fail(err, 400, "prompt", "invalid_value", "'prompt' must not be empty");
+        return ls_req_fail(err, 400, "prompt", "invalid_type", "'prompt' must be a string (or an array of one string)");
+    if (!p->valuestring[0]) return ls_req_fail(err, 400, "prompt", "invalid_value", "'prompt' must not be empty");
     return dup_string(p, "prompt", &r->prompt, err);
 }
 
-static int parse_stop(const cJSON *root, lsr_request *r, lsr_error *err) {
+static int parse_stop(const cJSON *root, ls_request *r, ls_req_error *err) {
     const cJSON *s = field(root, "stop");
     if (!s) return 0;
     if (cJSON_IsString(s)) {
         if (!s->valuestring[0]) return 0;
         if (strlen(s->valuestring) > LSR_MAX_STOP_LEN)
-            return lsr_fail(err, 400, "stop", "invalid_value", "'stop' sequences are limited to %d bytes",
-                            LSR_MAX_STOP_LEN);
+            return ls_req_fail(err, 400, "stop", "invalid_value", "'stop' sequences are limited to %d bytes",
+                               LSR_MAX_STOP_LEN);
         if (dup_string(s, "stop", &r->stop[0], err) != 0) return -1;
         r->n_stop = 1;
         return 0;
     }
     if (!cJSON_IsArray(s))
-        return lsr_fail(err, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+        return ls_req_fail(err, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
     if (cJSON_GetArraySize(s) > LSR_MAX_STOP)
-        return lsr_fail(err, 400, "stop", "invalid_value", "'stop' takes at most %d sequences", LSR_MAX_STOP);
+        return ls_req_fail(err, 400, "stop", "invalid_value", "'stop' takes at most %d sequences", LSR_MAX_STOP);
     const cJSON *e;
     cJSON_ArrayForEach(e, s) {
         if (!cJSON_IsString(e))
-            return lsr_fail(err, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+            return ls_req_fail(err, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
         if (!e->valuestring[0]) continue;
         if (strlen(e->valuestring) > LSR_MAX_STOP_LEN)
-            return lsr_fail(err, 400, "stop", "invalid_value", "'stop' sequences are limited to %d bytes",
-                            LSR_MAX_STOP_LEN);
+            return ls_req_fail(err, 400, "stop", "invalid_value", "'stop' sequences are limited to %d bytes",
+                               LSR_MAX_STOP_LEN);
         if (dup_string(e, "stop", &r->stop[r->n_stop], err) != 0) return -1;
         r->n_stop++;
     }
     return 0;
 }
 
-int lsr_parse(lsr_kind kind, const char *json, size_t len, lsr_request *out, lsr_error *err) {
+int ls_req_parse(ls_req_kind kind, const char *json, size_t len, ls_request *out, ls_req_error *err) {
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
     out->kind = kind;
@@ -409,7 +411,7 @@ int lsr_parse(lsr_kind kind, const char *json, size_t len, lsr_request *out, lsr
     if (kind == LSR_CHAT ? parse_messages(root, out, err) : parse_prompt(root, out, err)) goto done;
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) {
-        lsr_fail(err, 400, "model", "invalid_type", "'model' must be a string");
+        ls_req_fail(err, 400, "model", "invalid_type", "'model' must be a string");
         goto done;
     }
     if (model && dup_string(model, "model", &out->model, err)) goto done;
@@ -444,7 +446,7 @@ int lsr_parse(lsr_kind kind, const char *json, size_t len, lsr_request *out, lsr
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) {
-            lsr_fail(err, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+            ls_req_fail(err, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
             goto done;
         }
         if (get_bool(so, "include_usage", &out->include_usage, err)) {
@@ -455,23 +457,23 @@ int lsr_parse(lsr_kind kind, const char *json, size_t len, lsr_request *out, lsr
     rc = 0;
 done:
     cJSON_Delete(root);
-    if (rc != 0) lsr_request_free(out);
+    if (rc != 0) ls_request_free(out);
     return rc;
 }
 
-void lsr_request_free(lsr_request *r) {
+void ls_request_free(ls_request *r) {
     if (!r) return;
     for (int i = 0; i < r->n_messages; i++) free((char *)r->messages[i].content);
     free(r->messages);
     free(r->prompt);
     free(r->model);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
-    lsr_kind k = r->kind;
+    ls_req_kind k = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = k;
 }
 
-int lsr_parse_tokenize(const char *json, size_t len, lsr_tokenize *out, lsr_error *err) {
+int ls_req_parse_tokenize(const char *json, size_t len, ls_req_tokenize *out, ls_req_error *err) {
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
     out->parse_special = true;
@@ -480,11 +482,11 @@ int lsr_parse_tokenize(const char *json, size_t len, lsr_tokenize *out, lsr_erro
     int rc = -1;
     const cJSON *c = field(root, "content");
     if (!c) {
-        lsr_fail(err, 400, "content", "missing_required_parameter", "'content' is required");
+        ls_req_fail(err, 400, "content", "missing_required_parameter", "'content' is required");
         goto done;
     }
     if (!cJSON_IsString(c)) {
-        lsr_fail(err, 400, "content", "invalid_type", "'content' must be a string");
+        ls_req_fail(err, 400, "content", "invalid_type", "'content' must be a string");
         goto done;
     }
     if (dup_string(c, "content", &out->content, err)) goto done;
@@ -493,17 +495,17 @@ int lsr_parse_tokenize(const char *json, size_t len, lsr_tokenize *out, lsr_erro
     rc = 0;
 done:
     cJSON_Delete(root);
-    if (rc != 0) lsr_tokenize_free(out);
+    if (rc != 0) ls_req_tokenize_free(out);
     return rc;
 }
 
-void lsr_tokenize_free(lsr_tokenize *t) {
+void ls_req_tokenize_free(ls_req_tokenize *t) {
     if (!t) return;
     free(t->content);
     memset(t, 0, sizeof *t);
 }
 
-int lsr_parse_detokenize(const char *json, size_t len, lsr_detokenize *out, lsr_error *err) {
+int ls_req_parse_detokenize(const char *json, size_t len, ls_req_detokenize *out, ls_req_error *err) {
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
     cJSON *root;
@@ -511,24 +513,24 @@ int lsr_parse_detokenize(const char *json, size_t len, lsr_detokenize *out, lsr_
     int rc = -1;
     const cJSON *t = field(root, "tokens");
     if (!t) {
-        lsr_fail(err, 400, "tokens", "missing_required_parameter", "'tokens' is required");
+        ls_req_fail(err, 400, "tokens", "missing_required_parameter", "'tokens' is required");
         goto done;
     }
     if (!cJSON_IsArray(t)) {
-        lsr_fail(err, 400, "tokens", "invalid_type", "'tokens' must be an array of integers");
+        ls_req_fail(err, 400, "tokens", "invalid_type", "'tokens' must be an array of integers");
         goto done;
     }
     int n = cJSON_GetArraySize(t);
     out->tokens = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     if (!out->tokens) {
-        lsr_fail(err, 500, "tokens", NULL, "out of memory");
+        ls_req_fail(err, 500, "tokens", NULL, "out of memory");
         goto done;
     }
     const cJSON *e;
     cJSON_ArrayForEach(e, t) {
         if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || floor(e->valuedouble) != e->valuedouble ||
             e->valuedouble < 0 || e->valuedouble > 2147483647.0) {
-            lsr_fail(err, 400, "tokens", "invalid_value", "'tokens' must be non-negative integer token ids");
+            ls_req_fail(err, 400, "tokens", "invalid_value", "'tokens' must be non-negative integer token ids");
             goto done;
         }
         out->tokens[out->n_tokens++] = (int32_t)e->valuedouble;
@@ -536,11 +538,11 @@ int lsr_parse_detokenize(const char *json, size_t len, lsr_detokenize *out, lsr_
     rc = 0;
 done:
     cJSON_Delete(root);
-    if (rc != 0) lsr_detokenize_free(out);
+    if (rc != 0) ls_req_detokenize_free(out);
     return rc;
 }
 
-void lsr_detokenize_free(lsr_detokenize *d) {
+void ls_req_detokenize_free(ls_req_detokenize *d) {
     if (!d) return;
     free(d->tokens);
     memset(d, 0, sizeof *d);

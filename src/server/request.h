@@ -23,10 +23,10 @@ enum {
     LSR_MAX_MESSAGES = 4096,
 };
 
-typedef enum { LSR_CHAT = 0, LSR_COMPLETION = 1 } lsr_kind;
+typedef enum { LSR_CHAT = 0, LSR_COMPLETION = 1 } ls_req_kind;
 
 typedef struct {
-    lsr_kind kind;
+    ls_req_kind kind;
     /* LSR_CHAT: messages (role is one of "system", "user", "assistant"; "developer" maps to
      * "system"); strings owned by the struct. */
     ls_message *messages;
@@ -45,41 +45,41 @@ typedef struct {
     int n_stop;
     bool stream, include_usage;
     bool ignore_eos;
-} lsr_request;
+} ls_request;
 
 typedef struct {
     int status; /* HTTP status: 400, ... */
     char message[256];
     char param[64]; /* "" = null */
     char code[64];  /* "" = null */
-} lsr_error;
+} ls_req_error;
 
 /* Parse and validate a /v1/chat/completions (LSR_CHAT) or /v1/completions body. Returns 0
- * and fills *out (free with lsr_request_free), or -1 and fills *err (out is left empty). */
-int lsr_parse(lsr_kind kind, const char *json, size_t len, lsr_request *out, lsr_error *err);
-void lsr_request_free(lsr_request *r);
+ * and fills *out (free with ls_request_free), or -1 and fills *err (out is left empty). */
+int ls_req_parse(ls_req_kind kind, const char *json, size_t len, ls_request *out, ls_req_error *err);
+void ls_request_free(ls_request *r);
 
 /* /tokenize: {"content": string, "add_special": bool (false), "parse_special": bool (true)}. */
 typedef struct {
     char *content;
     bool add_special, parse_special;
-} lsr_tokenize;
-int lsr_parse_tokenize(const char *json, size_t len, lsr_tokenize *out, lsr_error *err);
-void lsr_tokenize_free(lsr_tokenize *t);
+} ls_req_tokenize;
+int ls_req_parse_tokenize(const char *json, size_t len, ls_req_tokenize *out, ls_req_error *err);
+void ls_req_tokenize_free(ls_req_tokenize *t);
 
 /* /detokenize: {"tokens": [int, ...]} (ids >= 0; the vocabulary bound is checked later). */
 typedef struct {
     int32_t *tokens;
     int n_tokens;
-} lsr_detokenize;
-int lsr_parse_detokenize(const char *json, size_t len, lsr_detokenize *out, lsr_error *err);
-void lsr_detokenize_free(lsr_detokenize *d);
+} ls_req_detokenize;
+int ls_req_parse_detokenize(const char *json, size_t len, ls_req_detokenize *out, ls_req_error *err);
+void ls_req_detokenize_free(ls_req_detokenize *d);
 
 /* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
-bool lsr_utf8_valid(const char *s, size_t len);
+bool ls_req_utf8_valid(const char *s, size_t len);
 
 /* Fill an error (printf-style message). Returns -1. */
-int lsr_fail(lsr_error *err, int status, const char *param, const char *code, const char *fmt, ...)
+int ls_req_fail(ls_req_error *err, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 #endif

@@ -4,11 +4,11 @@
 
 #include "stop.h"
 
-void lss_stop_init(lss_stopbuf *b) {
+void ls_stop_init(ls_stopbuf *b) {
     memset(b, 0, sizeof *b);
 }
 
-void lss_stop_free(lss_stopbuf *b) {
+void ls_stop_free(ls_stopbuf *b) {
     free(b->text);
     memset(b, 0, sizeof *b);
 }
@@ -21,7 +21,7 @@ static const char *find(const char *hay, size_t n, const char *needle, size_t m)
     return NULL;
 }
 
-int lss_stop_append(lss_stopbuf *b, const char *s, size_t n, char *const *stops, int n_stop) {
+int ls_stop_append(ls_stopbuf *b, const char *s, size_t n, char *const *stops, int n_stop) {
     if (b->hit) return 0;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
@@ -66,6 +66,6 @@ int lss_stop_append(lss_stopbuf *b, const char *s, size_t n, char *const *stops,
     return 0;
 }
 
-void lss_stop_finish(lss_stopbuf *b) {
+void ls_stop_finish(ls_stopbuf *b) {
     b->sent = b->len;
 }

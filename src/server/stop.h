@@ -13,14 +13,14 @@ typedef struct {
     size_t len, cap;
     size_t sent; /* text[0, sent) is final and may be sent to the client */
     bool hit;    /* a stop sequence was found: text ends where it started */
-} lss_stopbuf;
+} ls_stopbuf;
 
-void lss_stop_init(lss_stopbuf *b);
-void lss_stop_free(lss_stopbuf *b);
+void ls_stop_init(ls_stopbuf *b);
+void ls_stop_free(ls_stopbuf *b);
 /* Append a chunk and advance `sent` as far as is safe. After a hit further input is ignored.
  * Returns 0, or -1 when out of memory. */
-int lss_stop_append(lss_stopbuf *b, const char *s, size_t n, char *const *stops, int n_stop);
+int ls_stop_append(ls_stopbuf *b, const char *s, size_t n, char *const *stops, int n_stop);
 /* Generation ended without a stop match: everything held back becomes final. */
-void lss_stop_finish(lss_stopbuf *b);
+void ls_stop_finish(ls_stopbuf *b);
 
 #endif

@@ -46,7 +46,7 @@ static uint32_t pow2_ge(uint64_t n) {
     return (uint32_t)c;
 }
 
-int32_t tok_bpe_rank(const ls_tokenizer *t, const char *s, uint32_t la, uint32_t lb) {
+int32_t ls_tok_bpe_rank(const ls_tokenizer *t, const char *s, uint32_t la, uint32_t lb) {
     if (!t->merge_hash) return -1;
     uint32_t h = tok_pair_hash(s, la, lb);
     for (uint32_t i = h & t->merge_mask;; i = (i + 1) & t->merge_mask) {
@@ -58,7 +58,7 @@ int32_t tok_bpe_rank(const ls_tokenizer *t, const char *s, uint32_t la, uint32_t
     }
 }
 
-int tok_bpe_build(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen) {
+int ls_tok_bpe_build(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen) {
     int64_t n = d->n_merges;
     if (n < 0 || n > BPE_MAX_MERGES) {
         if (err && errlen) snprintf(err, errlen, "tokenizer: %lld merges (want 0..%d)", (long long)n, BPE_MAX_MERGES);
@@ -112,7 +112,7 @@ int tok_bpe_build(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t
     return 0;
 }
 
-void tok_bpe_free(ls_tokenizer *t) {
+void ls_tok_bpe_free(ls_tokenizer *t) {
     free(t->merge_blob);
     free(t->merges);
     free(t->merge_hash);
@@ -194,7 +194,7 @@ static bpe_pair heap_pop(bpe_session *s) {
 static void try_pair(bpe_session *s, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const bpe_sym *l = &s->sym[left], *r = &s->sym[right];
-    int32_t rank = tok_bpe_rank(s->t, l->text, l->n, r->n); /* adjacent: r->text == l->text + l->n */
+    int32_t rank = ls_tok_bpe_rank(s->t, l->text, l->n, r->n); /* adjacent: r->text == l->text + l->n */
     if (rank >= 0) heap_push(s, (bpe_pair){rank, left, right, l->n + r->n});
 }
 
@@ -376,8 +376,8 @@ static char *hf_norm_step(const tok_step *st, const char *in, size_t n, size_t *
     return o;
 }
 
-int64_t tok_bpe_encode_fragment(const ls_tokenizer *t, const char *text, size_t len, int32_t *out, int64_t cap,
-                                int64_t n) {
+int64_t ls_tok_bpe_encode_fragment(const ls_tokenizer *t, const char *text, size_t len, int32_t *out, int64_t cap,
+                                   int64_t n) {
     if (!t || (!text && len) || n < 0 || len > ((size_t)1 << 28)) return -1;
     if (len == 0) return n;
     /* 1. Normalize: llama.cpp escapes spaces; HF runs its normalizer steps. */

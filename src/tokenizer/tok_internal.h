@@ -95,20 +95,20 @@ struct ls_tokenizer {
 };
 
 /* FNV-1a based hashes shared by the vocab and merge tables. */
-uint32_t tok_hash(const char *s, size_t n);
+uint32_t ls_tok_hash(const char *s, size_t n);
 static inline uint32_t tok_pair_hash(const char *s, uint32_t la, uint32_t lb) {
-    return tok_hash(s, (size_t)la + lb) ^ (la * 0x9E3779B1u);
+    return ls_tok_hash(s, (size_t)la + lb) ^ (la * 0x9E3779B1u);
 }
 
 /* Builds the merge table from desc (called by ls_tokenizer_create). 0, or -1 + message. */
-int tok_bpe_build(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen);
-void tok_bpe_free(ls_tokenizer *t);
+int ls_tok_bpe_build(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen);
+void ls_tok_bpe_free(ls_tokenizer *t);
 /* Rank of the merge (a = s[0..la), b = s[la..la+lb)), or -1. */
-int32_t tok_bpe_rank(const ls_tokenizer *t, const char *s, uint32_t la, uint32_t lb);
+int32_t ls_tok_bpe_rank(const ls_tokenizer *t, const char *s, uint32_t la, uint32_t lb);
 /* Encodes one plain-text fragment (between special tokens) with the BPE pipeline: llama.cpp
  * gemma4 (escape spaces, split newline runs) or HF (normalizer, pre-tokenizer). Same
  * output convention as ls_spm_encode. */
-int64_t tok_bpe_encode_fragment(const ls_tokenizer *t, const char *text, size_t len, int32_t *out, int64_t cap,
-                                int64_t n);
+int64_t ls_tok_bpe_encode_fragment(const ls_tokenizer *t, const char *text, size_t len, int32_t *out, int64_t cap,
+                                   int64_t n);
 
 #endif

@@ -52,7 +52,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
 
 /* FNV-1a, 64-bit, folded: texts are short (median ~6 bytes), so a simple byte loop is
  * as fast as anything fancier and has no alignment concerns. */
-uint32_t tok_hash(const char *s, size_t n) {
+uint32_t ls_tok_hash(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) {
         h ^= (uint8_t)s[i];
@@ -67,7 +67,7 @@ static bool tok_text_eq(const ls_tokenizer *t, int32_t id, const char *s, size_t
 
 int32_t ls_tokenizer_find_n(const ls_tokenizer *t, const char *text, size_t len) {
     if (!t || (!text && len)) return -1;
-    uint32_t h = tok_hash(text, len);
+    uint32_t h = ls_tok_hash(text, len);
     for (uint32_t i = h & t->hash_mask;; i = (i + 1) & t->hash_mask) {
         tok_slot sl = t->hash[i];
         if (sl.id < 0) return -1;
@@ -82,7 +82,7 @@ int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *text) {
 
 /* Slot of a special text in the special table (its sp_any is -1 if absent). */
 static uint32_t sp_slot(const ls_tokenizer *t, const char *s, size_t n) {
-    for (uint32_t i = tok_hash(s, n) & t->sp_mask;; i = (i + 1) & t->sp_mask) {
+    for (uint32_t i = ls_tok_hash(s, n) & t->sp_mask;; i = (i + 1) & t->sp_mask) {
         int32_t id = t->sp_any[i];
         if (id < 0 || tok_text_eq(t, id, s, n)) return i;
     }
@@ -338,7 +338,7 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
         pos += len + 1;
         t->scores[i] = d->scores ? d->scores[i] : 0.0f;
         t->types[i] = (uint8_t)(d->types ? d->types[i] : LS_TOKEN_NORMAL);
-        hv[i] = tok_hash(t->blob + t->offs[i], len);
+        hv[i] = ls_tok_hash(t->blob + t->offs[i], len);
     }
     /* Insert in a second pass so the slot of a token a few ids ahead can be prefetched: the
      * table (4 MiB for Gemma) is far larger than cache and random access dominates load. */
@@ -382,7 +382,7 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
         int32_t id = ls_tokenizer_find(t, "</s>");
         if (id >= 0) t->types[id] = LS_TOKEN_NORMAL;
     }
-    if (t->model == LS_TOKENIZER_MODEL_BPE && tok_bpe_build(t, d, err, errlen)) goto fail;
+    if (t->model == LS_TOKENIZER_MODEL_BPE && ls_tok_bpe_build(t, d, err, errlen)) goto fail;
 
     /* Byte fallback table: "<0xXX>" first, else the 1-byte text (llama.cpp byte_to_token). */
     for (int b = 0; b < 256; b++) {
@@ -428,7 +428,7 @@ fail:
 
 void ls_tokenizer_free(ls_tokenizer *t) {
     if (!t) return;
-    tok_bpe_free(t);
+    ls_tok_bpe_free(t);
     free(t->blob);
     free(t->offs);
     free(t->lens);
@@ -449,7 +449,7 @@ void ls_tokenizer_free(ls_tokenizer *t) {
 /* Optional u32 id key: absent -> dflt; present but not a u32-compatible integer -> error. */
 static int gguf_id(const gguf_file *f, const char *key, int32_t dflt, int32_t *out, char *err, size_t errlen) {
     uint32_t v;
-    int rc = gguf_get_u32(f, key, &v);
+    int rc = ls_gguf_get_u32(f, key, &v);
     if (rc == -1) {
         *out = dflt;
         return 0;
@@ -464,7 +464,7 @@ static int gguf_id(const gguf_file *f, const char *key, int32_t dflt, int32_t *o
 
 static int gguf_flag(const gguf_file *f, const char *key, bool dflt, bool *out, char *err, size_t errlen) {
     int v;
-    int rc = gguf_get_bool(f, key, &v);
+    int rc = ls_gguf_get_bool(f, key, &v);
     if (rc == -1) {
         *out = dflt;
         return 0;
@@ -488,7 +488,7 @@ int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, si
         return -1;
     }
     gguf_str model;
-    int rc = gguf_get_str(f, "tokenizer.ggml.model", &model);
+    int rc = ls_gguf_get_str(f, "tokenizer.ggml.model", &model);
     if (rc != 0) {
         set_err(err, errlen, "tokenizer: tokenizer.ggml.model %s", rc == -1 ? "missing" : "is not a string");
         return -1;
@@ -503,7 +503,7 @@ int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, si
     }
     const gguf_value *merges = NULL;
     if (is_bpe) {
-        rc = gguf_get_arr(f, "tokenizer.ggml.merges", &merges);
+        rc = ls_gguf_get_arr(f, "tokenizer.ggml.merges", &merges);
         if (rc != 0 || merges->v.arr.elem != GGUF_VT_STRING || (merges->v.arr.count && !merges->v.arr.items)) {
             set_err(err, errlen, "tokenizer: tokenizer.ggml.merges %s",
                     rc == -1 ? "missing (required for gemma4)" : "is not an array of strings");
@@ -517,7 +517,7 @@ int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, si
     }
 
     const gguf_value *toks, *scores = NULL, *types = NULL;
-    rc = gguf_get_arr(f, "tokenizer.ggml.tokens", &toks);
+    rc = ls_gguf_get_arr(f, "tokenizer.ggml.tokens", &toks);
     if (rc != 0 || toks->v.arr.elem != GGUF_VT_STRING || !toks->v.arr.items) {
         set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens %s",
                 rc == -1 ? "missing" : "is not an array of strings");
@@ -529,14 +529,14 @@ int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, si
                 TOK_MAX_VOCAB);
         return -1;
     }
-    rc = gguf_get_arr(f, "tokenizer.ggml.scores", &scores);
+    rc = ls_gguf_get_arr(f, "tokenizer.ggml.scores", &scores);
     if (rc == -1)
         scores = NULL; /* optional, as in llama.cpp: all 0 */
     else if (rc != 0 || scores->v.arr.elem != GGUF_VT_F32 || scores->v.arr.count != n || !scores->v.arr.data) {
         set_err(err, errlen, "tokenizer: tokenizer.ggml.scores must be %llu f32 values", (unsigned long long)n);
         return -1;
     }
-    rc = gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
+    rc = ls_gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
     if (rc == -1)
         types = NULL; /* optional: all normal */
     else if (rc != 0 || (types->v.arr.elem != GGUF_VT_I32 && types->v.arr.elem != GGUF_VT_U32) ||
@@ -885,7 +885,7 @@ int64_t ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool ad
         size_t end = i < nm ? m[i].pos : len;
         if (end > p) {
             if (t->model == LS_TOKENIZER_MODEL_BPE)
-                n = tok_bpe_encode_fragment(t, text + p, end - p, out, cap, n);
+                n = ls_tok_bpe_encode_fragment(t, text + p, end - p, out, cap, n);
             else
                 n = ls_spm_encode(t, text + p, end - p, t->add_space_prefix && prev_special, out, cap, n);
             prev_special = false;

@@ -1,4 +1,4 @@
-/* libFuzzer target for the GGUF reader: parse arbitrary bytes with gguf_open_memory, then
+/* libFuzzer target for the GGUF reader: parse arbitrary bytes with ls_gguf_open_memory, then
  * walk every key, value (nested arrays included) and tensor, reading every byte range the
  * reader handed out, so ASan flags any pointer or size the validator should have rejected.
  * It also checks the reader's promises (lookups find their own entry, shapes are sane,
@@ -46,9 +46,9 @@ static void walk_value(const gguf_value *v, int depth) {
             gguf_str s;
             const gguf_value *sub;
             if (elem == GGUF_VT_STRING)
-                CHECK(gguf_arr_str(v, i, &s) == 0 && s.ptr == item->v.s.ptr);
+                CHECK(ls_gguf_arr_str(v, i, &s) == 0 && s.ptr == item->v.s.ptr);
             else
-                CHECK(gguf_arr_sub(v, i, &sub) == 0 && sub == item);
+                CHECK(ls_gguf_arr_sub(v, i, &sub) == 0 && sub == item);
             walk_value(item, depth + 1);
         }
         return;
@@ -57,12 +57,12 @@ static void walk_value(const gguf_value *v, int depth) {
     for (uint64_t i = 0; i < n; i++) { /* decode every fixed-size element */
         int64_t x;
         float y;
-        int rx = gguf_arr_i64(v, i, &x), ry = gguf_arr_f32(v, i, &y);
+        int rx = ls_gguf_arr_i64(v, i, &x), ry = ls_gguf_arr_f32(v, i, &y);
         CHECK(rx == 0 || rx == -2);
         CHECK(ry == 0 || ry == -2);
     }
     int64_t x;
-    CHECK(gguf_arr_i64(v, n, &x) == -1);
+    CHECK(ls_gguf_arr_i64(v, n, &x) == -1);
 }
 
 /* Every key finds its own entry (keys are unique and NUL-free); getters agree with types. */
@@ -73,7 +73,7 @@ static void walk_kv(const gguf_file *f, const gguf_kv *kv) {
     memcpy(key, kv->key.ptr, kv->key.len);
     key[kv->key.len] = 0;
     CHECK(strlen(key) == kv->key.len);
-    const gguf_value *v = gguf_find(f, key);
+    const gguf_value *v = ls_gguf_find(f, key);
     CHECK(v == &kv->value);
     uint32_t u;
     int64_t i;
@@ -81,12 +81,12 @@ static void walk_kv(const gguf_file *f, const gguf_kv *kv) {
     int b;
     gguf_str s;
     const gguf_value *a;
-    gguf_get_u32(f, key, &u);
-    gguf_get_i64(f, key, &i);
-    gguf_get_f32(f, key, &x);
-    CHECK((gguf_get_bool(f, key, &b) == 0) == (v->type == GGUF_VT_BOOL));
-    CHECK((gguf_get_str(f, key, &s) == 0) == (v->type == GGUF_VT_STRING));
-    CHECK((gguf_get_arr(f, key, &a) == 0) == (v->type == GGUF_VT_ARRAY));
+    ls_gguf_get_u32(f, key, &u);
+    ls_gguf_get_i64(f, key, &i);
+    ls_gguf_get_f32(f, key, &x);
+    CHECK((ls_gguf_get_bool(f, key, &b) == 0) == (v->type == GGUF_VT_BOOL));
+    CHECK((ls_gguf_get_str(f, key, &s) == 0) == (v->type == GGUF_VT_STRING));
+    CHECK((ls_gguf_get_arr(f, key, &a) == 0) == (v->type == GGUF_VT_ARRAY));
     free(key);
     walk_value(v, 0);
 }
@@ -95,10 +95,10 @@ static void walk_tensor(const gguf_file *f, const gguf_tensor *t, const uint8_t 
     CHECK(t->n_dims >= 1 && t->n_dims <= 4);
     for (int d = 0; d < 4; d++) CHECK(t->ne[d] >= 1 && (d < t->n_dims || t->ne[d] == 1));
     CHECK(t->nbytes > 0);
-    CHECK(t->offset % gguf_alignment(f) == 0);
+    CHECK(t->offset % ls_gguf_alignment(f) == 0);
     const uint8_t *p = t->data;
-    CHECK(p >= data + gguf_data_offset(f) && t->nbytes <= size && p - data <= (ptrdiff_t)(size - t->nbytes));
-    CHECK(gguf_find_tensor(f, t->name) == t);
+    CHECK(p >= data + ls_gguf_data_offset(f) && t->nbytes <= size && p - data <= (ptrdiff_t)(size - t->nbytes));
+    CHECK(ls_gguf_find_tensor(f, t->name) == t);
     touch(t->data, t->nbytes);
 }
 
@@ -106,18 +106,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char not_null;
     gguf_file *f = (gguf_file *)&not_null; /* must come back NULL on failure */
     char err[256];
-    if (gguf_open_memory(data, size, &f, err, sizeof err) != 0) {
+    if (ls_gguf_open_memory(data, size, &f, err, sizeof err) != 0) {
         CHECK(f == NULL);
         CHECK(strncmp(err, "gguf: ", 6) == 0);
         return 0;
     }
-    CHECK(gguf_version(f) == 2 || gguf_version(f) == 3);
-    uint32_t align = gguf_alignment(f);
+    CHECK(ls_gguf_version(f) == 2 || ls_gguf_version(f) == 3);
+    uint32_t align = ls_gguf_alignment(f);
     CHECK(align != 0 && (align & (align - 1)) == 0);
-    for (uint64_t i = 0; i < gguf_n_kv(f); i++) walk_kv(f, gguf_kv_at(f, i));
-    CHECK(gguf_kv_at(f, gguf_n_kv(f)) == NULL);
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) walk_tensor(f, gguf_tensor_at(f, i), data, size);
-    CHECK(gguf_tensor_at(f, gguf_n_tensors(f)) == NULL);
-    gguf_close(f);
+    for (uint64_t i = 0; i < ls_gguf_n_kv(f); i++) walk_kv(f, ls_gguf_kv_at(f, i));
+    CHECK(ls_gguf_kv_at(f, ls_gguf_n_kv(f)) == NULL);
+    for (uint64_t i = 0; i < ls_gguf_n_tensors(f); i++) walk_tensor(f, ls_gguf_tensor_at(f, i), data, size);
+    CHECK(ls_gguf_tensor_at(f, ls_gguf_n_tensors(f)) == NULL);
+    ls_gguf_close(f);
     return 0;
 }

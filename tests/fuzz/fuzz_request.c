@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                                              \
     } while (0)
 
-static void check_error(const lsr_error *e) {
+static void check_error(const ls_req_error *e) {
     CHECK(e->status >= 400 && e->status < 600);
     CHECK(e->message[0] != 0);
     CHECK(memchr(e->message, 0, sizeof e->message) != NULL);
@@ -33,10 +33,10 @@ static void check_error(const lsr_error *e) {
 
 static void check_str(const char *s) {
     CHECK(s != NULL);
-    CHECK(lsr_utf8_valid(s, strlen(s)));
+    CHECK(ls_req_utf8_valid(s, strlen(s)));
 }
 
-static void check_request(const lsr_request *r) {
+static void check_request(const ls_request *r) {
     if (r->kind == LSR_CHAT) {
         CHECK(r->n_messages > 0 && r->n_messages <= LSR_MAX_MESSAGES && r->messages);
         for (int i = 0; i < r->n_messages; i++) {
@@ -68,36 +68,36 @@ static void check_request(const lsr_request *r) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The parsers take (pointer, length): no terminator is promised. */
     const char *json = (const char *)data;
-    lsr_error e;
+    ls_req_error e;
     for (int k = 0; k < 2; k++) {
-        lsr_request r;
-        if (lsr_parse(k ? LSR_COMPLETION : LSR_CHAT, json, size, &r, &e) == 0) {
+        ls_request r;
+        if (ls_req_parse(k ? LSR_COMPLETION : LSR_CHAT, json, size, &r, &e) == 0) {
             check_request(&r);
-            lsr_request_free(&r);
+            ls_request_free(&r);
         } else {
             check_error(&e);
             CHECK(r.messages == NULL && r.prompt == NULL && r.n_stop == 0 && r.model == NULL);
         }
     }
-    lsr_tokenize t;
-    if (lsr_parse_tokenize(json, size, &t, &e) == 0) {
+    ls_req_tokenize t;
+    if (ls_req_parse_tokenize(json, size, &t, &e) == 0) {
         check_str(t.content);
-        lsr_tokenize_free(&t);
+        ls_req_tokenize_free(&t);
     } else {
         check_error(&e);
         CHECK(t.content == NULL);
     }
-    lsr_detokenize d;
-    if (lsr_parse_detokenize(json, size, &d, &e) == 0) {
+    ls_req_detokenize d;
+    if (ls_req_parse_detokenize(json, size, &d, &e) == 0) {
         CHECK(d.n_tokens >= 0 && (d.n_tokens == 0 || d.tokens));
         for (int i = 0; i < d.n_tokens; i++) CHECK(d.tokens[i] >= 0);
-        lsr_detokenize_free(&d);
+        ls_req_detokenize_free(&d);
     } else {
         check_error(&e);
         CHECK(d.tokens == NULL);
     }
     /* UTF-8 validator on the raw bytes: must not read out of bounds (ASan) and must agree
      * with itself on prefixes that end at a character boundary. */
-    (void)lsr_utf8_valid(json, size);
+    (void)ls_req_utf8_valid(json, size);
     return 0;
 }

@@ -81,7 +81,7 @@ static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, int s
     return send_json(s, c, status, o, status == 503 ? 1 : 0);
 }
 
-static enum MHD_Result send_lsr_error(srv_server *s, struct MHD_Connection *c, const lsr_error *e) {
+static enum MHD_Result send_lsr_error(srv_server *s, struct MHD_Connection *c, const ls_req_error *e) {
     return send_error(s, c, e->status ? e->status : 400, e->message, e->param, e->code);
 }
 
@@ -259,12 +259,12 @@ static enum MHD_Result handle_metrics(srv_server *s, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result handle_tokenize(srv_server *s, struct MHD_Connection *c, conn_ctx *cc) {
-    lsr_tokenize t;
-    lsr_error e;
-    if (lsr_parse_tokenize(cc->body, cc->len, &t, &e) != 0) return send_lsr_error(s, c, &e);
+    ls_req_tokenize t;
+    ls_req_error e;
+    if (ls_req_parse_tokenize(cc->body, cc->len, &t, &e) != 0) return send_lsr_error(s, c, &e);
     int32_t n = 0;
     int32_t *ids = tokenize(s->model, t.content, t.add_special, t.parse_special, &n);
-    lsr_tokenize_free(&t);
+    ls_req_tokenize_free(&t);
     if (!ids) return send_error(s, c, 500, "tokenization failed", NULL, NULL);
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
     for (int32_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
@@ -273,13 +273,13 @@ static enum MHD_Result handle_tokenize(srv_server *s, struct MHD_Connection *c, 
 }
 
 static enum MHD_Result handle_detokenize(srv_server *s, struct MHD_Connection *c, conn_ctx *cc) {
-    lsr_detokenize d;
-    lsr_error e;
-    if (lsr_parse_detokenize(cc->body, cc->len, &d, &e) != 0) return send_lsr_error(s, c, &e);
+    ls_req_detokenize d;
+    ls_req_error e;
+    if (ls_req_parse_detokenize(cc->body, cc->len, &d, &e) != 0) return send_lsr_error(s, c, &e);
     size_t cap = 64 + (size_t)d.n_tokens * 64, n = 0;
     char *out = malloc(cap);
     if (!out) {
-        lsr_detokenize_free(&d);
+        ls_req_detokenize_free(&d);
         return send_error(s, c, 500, "out of memory", NULL, NULL);
     }
     ls_detok st = {0};
@@ -287,7 +287,7 @@ static enum MHD_Result handle_detokenize(srv_server *s, struct MHD_Connection *c
         if (d.tokens[i] >= s->n_vocab) {
             char msg[128];
             snprintf(msg, sizeof msg, "token id %d is out of range [0, %d)", d.tokens[i], s->n_vocab);
-            lsr_detokenize_free(&d);
+            ls_req_detokenize_free(&d);
             free(out);
             return send_error(s, c, 400, msg, "tokens", "invalid_value");
         }
@@ -303,7 +303,7 @@ static enum MHD_Result handle_detokenize(srv_server *s, struct MHD_Connection *c
     int k = ls_detok_finish(&st, out + n, (int)(cap - n - 1));
     if (k > 0) n += (size_t)k;
     out[n] = 0;
-    lsr_detokenize_free(&d);
+    ls_req_detokenize_free(&d);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "content", out);
     free(out);
@@ -345,11 +345,11 @@ static void stream_free(void *cls) {
     srv_job_release(j);
 }
 
-static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, lsr_kind kind, conn_ctx *cc) {
+static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, ls_req_kind kind, conn_ctx *cc) {
     srv_job *j = srv_job_new();
     if (!j) return send_error(s, c, 500, "out of memory", NULL, NULL);
-    lsr_error e;
-    if (lsr_parse(kind, cc->body, cc->len, &j->req, &e) != 0) {
+    ls_req_error e;
+    if (ls_req_parse(kind, cc->body, cc->len, &j->req, &e) != 0) {
         srv_job_release(j);
         return send_lsr_error(s, c, &e);
     }

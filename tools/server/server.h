@@ -29,7 +29,7 @@ typedef struct srv_job {
     pthread_cond_t cv;
     int refs;
     struct srv_job *next; /* queue link */
-    lsr_request req;
+    ls_request req;
     int32_t *prompt;
     int32_t n_prompt;
     char id[64];
@@ -38,7 +38,7 @@ typedef struct srv_job {
     double deadline_ms; /* monotonic; generation stops (finish "length") past it (set when it starts) */
     double queued_ms;   /* monotonic time of srv_submit (for --queue-timeout) */
     /* results */
-    lss_stopbuf text;
+    ls_stopbuf text;
     char *out; /* streaming: SSE bytes not yet read by the connection */
     size_t out_len, out_cap, out_read;
     bool done, cancel, timed_out;

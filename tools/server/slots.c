@@ -26,7 +26,7 @@ srv_job *srv_job_new(void) {
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
     j->fd = -1;
-    lss_stop_init(&j->text);
+    ls_stop_init(&j->text);
     return j;
 }
 
@@ -36,10 +36,10 @@ void srv_job_release(srv_job *j) {
     int left = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (left > 0) return;
-    lsr_request_free(&j->req);
+    ls_request_free(&j->req);
     free(j->prompt);
     free(j->out);
-    lss_stop_free(&j->text);
+    ls_stop_free(&j->text);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -239,7 +239,7 @@ static bool on_text(const char *text, size_t len, void *ud) {
     }
     if (go) {
         size_t before = j->text.sent;
-        if (lss_stop_append(&j->text, text, len, j->req.stop, j->req.n_stop) != 0) {
+        if (ls_stop_append(&j->text, text, len, j->req.stop, j->req.n_stop) != 0) {
             j->status = 500;
             snprintf(j->errmsg, sizeof j->errmsg, "out of memory");
             go = false;
@@ -268,7 +268,7 @@ static bool job_cancelled(void *ud) {
 static void run_job(srv_slot *slot, srv_job *j) {
     srv_server *s = slot->srv;
     ls_gen_params gp = ls_gen_default_params();
-    const lsr_request *r = &j->req;
+    const ls_request *r = &j->req;
     if (r->temperature_set) gp.sampling.temperature = r->temperature;
     if (r->top_p_set) gp.sampling.top_p = r->top_p;
     if (r->top_k_set) gp.sampling.top_k = r->top_k;
@@ -352,7 +352,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
         j->status = skip ? 503 : 500;
         snprintf(j->errmsg, sizeof j->errmsg, "%.200s", err);
     }
-    if (!j->text.hit) lss_stop_finish(&j->text);
+    if (!j->text.hit) ls_stop_finish(&j->text);
     const char *sr = st.stop_reason ? st.stop_reason : "length";
     j->finish_reason = j->text.hit || !strcmp(sr, "eos") ? "stop" : "length";
     if (j->req.stream) {
