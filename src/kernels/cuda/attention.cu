@@ -85,7 +85,20 @@ struct Params {
     int32_t c_first, nch; /* chunks [c_first, c_first + nch) cover the filled slots */
     int32_t strictly_before, vec;
     float scale;
+    /* Device memory holding {first_pos, n_slots, c_first, nch} of this call (backend_cuda.cu's
+     * step parameters), read by every kernel at entry: a replayed step graph then sees the
+     * current cache extent although its kernel arguments were captured steps ago. */
+    const int32_t *dyn;
 };
+
+/* The call's cache extent from device memory (Params::dyn). */
+__device__ __forceinline__ Params with_dyn(Params p) {
+    p.first_pos = p.dyn[0];
+    p.n_slots = p.dyn[1];
+    p.c_first = p.dyn[2];
+    p.nch = p.dyn[3];
+    return p;
+}
 
 /* Query vectors a block holds at most for E = hd / 32 dims a lane (register budget): a
  * power of two, qr_for(E) * E <= 64. */
@@ -182,7 +195,8 @@ template <typename KT, int E> __device__ __forceinline__ void load_slice(const K
  * them. Neither changes any query's arithmetic (see warp_sum_multi; a warp's keys are
  * summed in increasing position whatever UK), so the variant picked for a launch, which
  * follows from the query vectors a tile holds, never shows in the bits. */
-template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(NT, 2) k_attn_part(const Params p) {
+template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(NT, 2) k_attn_part(const Params p_arg) {
+    const Params p = with_dyn(p_arg);
     constexpr int hd = 32 * E;
     extern __shared__ float4 smem4[];
     float *const S = reinterpret_cast<float *>(smem4); /* [qn][CH] scores, then probabilities */
@@ -352,7 +366,8 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
     }
 }
 
-__global__ void __launch_bounds__(CT) k_attn_combine(const Params p) {
+__global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
+    const Params p = with_dyn(p_arg);
     const int64_t qv = blockIdx.x; /* r * n_head + h within the group */
     const int64_t r = qv / p.n_head;
     const int h = (int)(qv - r * p.n_head);
@@ -449,7 +464,8 @@ size_t lsc_attention_scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t m
  * (row, head), lane d holds dim d. Exact two-pass softmax over the visible keys in
  * position order, like the CPU: pass 1 the max score, pass 2 the exp-sum and the output.
  * One warp computes the whole query, so nothing depends on m. */
-template <typename KT> __global__ void k_attn_small(const Params p) {
+template <typename KT> __global__ void k_attn_small(const Params p_arg) {
+    const Params p = with_dyn(p_arg);
     const int64_t r = blockIdx.x;
     const int h = blockIdx.y, lane = threadIdx.x, hd = p.hd, kvh = h / p.group;
     int32_t lo, hi;
@@ -484,7 +500,18 @@ template <typename KT> __global__ void k_attn_small(const Params p) {
     if (lane < hd) out[lane] = __fmul_rn(acc, __frcp_rn(sum));
 }
 
-void lsc_attention(cudaStream_t st, const ls_attn_args *a, float *scratch, size_t scratch_bytes) {
+void lsc_attention_extent(const ls_attn_args *a, int32_t out[4]) {
+    out[0] = a->first_pos;
+    out[1] = a->n_slots;
+    out[2] = 0;
+    out[3] = 0;
+    if (a->hd >= 32 && a->n_slots > 0) {
+        out[2] = a->first_pos / CH;
+        out[3] = (int32_t)(((int64_t)a->first_pos + a->n_slots - 1) / CH - out[2] + 1);
+    }
+}
+
+void lsc_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes) {
     if (a->m <= 0) return;
     if (!((a->hd >= 32 && a->hd <= 512 && a->hd % 32 == 0) || (a->hd >= 1 && a->hd < 32)))
         LSC_FATAL("attention: head dim %d unsupported (1..31, or 32..512 a multiple of 32)", (int)a->hd);
@@ -512,6 +539,7 @@ void lsc_attention(cudaStream_t st, const ls_attn_args *a, float *scratch, size_
     p.strictly_before = a->strictly_before ? 1 : 0;
     p.scale = a->scale;
     p.vec = ((uintptr_t)a->k % 16 == 0 && (uintptr_t)a->v % 16 == 0) ? 1 : 0;
+    p.dyn = dyn;
     if (a->hd < 32) {
         p.row0 = 0;
         p.mg = (int32_t)a->m;
@@ -523,12 +551,10 @@ void lsc_attention(cudaStream_t st, const ls_attn_args *a, float *scratch, size_
         LSC_CHECK_LAUNCH();
         return;
     }
-    p.c_first = 0;
-    p.nch = 0;
-    if (a->n_slots > 0) {
-        p.c_first = a->first_pos / CH;
-        p.nch = (int32_t)(((int64_t)a->first_pos + a->n_slots - 1) / CH - p.c_first + 1);
-    }
+    int32_t ext[4];
+    lsc_attention_extent(a, ext); /* the host's copy of what dyn holds: grid and scratch layout */
+    p.c_first = ext[2];
+    p.nch = ext[3];
 
     /* Rows per group: what the scratch holds, and what the grid's y dimension takes. */
     int64_t rows = a->m;

@@ -14,13 +14,22 @@
  * one thread captures a step (step_begin .. step_end) other threads' calls wait for the end
  * of that capture, so their work never lands in its graph.
  *
- * Step graphs. step_begin(key) starts a capture of the stream (thread-local mode),
- * step_end() ends it, updates the instance's executable graph for `key` in place
- * (cudaGraphExecUpdate) or instantiates one (LRU of 16 keys), and launches it. The graph
- * holds exactly the kernels the ops would have launched, with the same arguments, so replay
- * gives the same bits as direct launches. LOCKSTEP_CUDA_GRAPHS=0 (read when an instance is
- * created) launches ops directly. Between step_begin and step_end no alloc, release,
- * upload, download, sync, map or unmap may happen (each aborts if tried).
+ * Step graphs. Between step_begin(key) and step_end() the compute ops are not launched:
+ * each is recorded (a closure holding its launch, with device addresses already
+ * translated) and folded into a signature of everything its kernels receive as arguments
+ * and launch shapes. The values that move from one decode step to the next although the
+ * step is otherwise the same (the KV cache slot a step writes, the cache extent attention
+ * reads) are not kernel arguments: ops write them into this instance's parameter arena
+ * (pinned host memory mirrored in device memory) and the kernels read them from there.
+ * step_end() looks the signature up among the instance's executable graphs (LRU of 16):
+ * found, it uploads the arena and launches that graph as it is (no capture, no update: the
+ * host cost of a decode step is the op calls themselves); not found, it captures the
+ * recorded launches into a new graph first. The graph holds exactly the kernels the ops
+ * would have launched, with the same arguments and the same parameter values, so replay
+ * gives the same bits as direct launches (test-cuda.sh compares them over 700 chained
+ * steps). LOCKSTEP_CUDA_GRAPHS=0 (read when an instance is created) launches ops directly.
+ * Between step_begin and step_end no alloc, release, upload, download, sync, map or unmap
+ * may happen (each aborts if tried).
  *
  * Errors. Every CUDA call is checked; a failure logs the CUDA error and the call and
  * aborts, except where backend.h defines a failure result (alloc -> NULL, create -> NULL,
@@ -33,6 +42,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <functional>
 #include <condition_variable>
 #include <mutex>
 #include <new>
@@ -287,10 +297,15 @@ constexpr int kGraphCache = 16;
 constexpr int64_t QB_MIN = 32; /* scratch for at least one 32-element block */
 
 struct GraphEntry {
-    int64_t key;
+    uint64_t sig; /* signature of the recorded step (key included) */
     cudaGraphExec_t exec;
     uint64_t last_used;
 };
+
+/* Step parameters (see the top): 16-byte slots, written on the host while ops are called,
+ * uploaded in one copy before the step's graph runs. 64 KiB holds ~4000 slots: a step
+ * uses two per layer and segment. */
+constexpr size_t kArenaBytes = (size_t)64 << 10;
 
 struct CudaBackend {
     ls_backend base;
@@ -303,6 +318,13 @@ struct CudaBackend {
     bool graphs;  /* LOCKSTEP_CUDA_GRAPHS != "0" */
     bool in_step; /* between step_begin and step_end */
     int64_t step_key;
+    /* the step being recorded (graphs on) */
+    bool recording;
+    std::vector<std::function<void()>> rec;
+    uint64_t sig;
+    /* parameter arena: host (pinned) and device copies, bytes used */
+    uint8_t *h_arena, *d_arena;
+    size_t arena_used;
     GraphEntry cache[kGraphCache];
     int n_cache;
     uint64_t tick;
@@ -314,6 +336,67 @@ CudaBackend *impl_of(ls_backend *be) {
 
 void no_step(CudaBackend *c, const char *what) {
     if (c->in_step) LSC_FATAL("%s between step_begin and step_end (not allowed: backend.h)", what);
+}
+
+/* ---- recording and step parameters ---- */
+
+uint64_t mix(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull; /* FNV-1a */
+    return h;
+}
+template <class T>
+uint64_t mix_v(uint64_t h, const T &v) {
+    return mix(h, &v, sizeof v);
+}
+
+/* Signatures mix fields one by one (never a whole struct: its padding bytes are not values). */
+uint64_t mix_weight(uint64_t h, const ls_weight &w) {
+    h = mix_v(mix_v(mix_v(mix_v(h, (int)w.type), w.data), w.rows), w.cols);
+    h = mix_v(mix_v(mix_v(mix_v(h, w.row_bytes), w.scales), w.biases), (int)w.sb_type);
+    return mix_v(mix_v(mix_v(h, w.bits), w.group), w.in_backend);
+}
+uint64_t mix_attn(uint64_t h, const ls_attn_args &a) { /* all but the cache extent */
+    h = mix_v(mix_v(mix_v(mix_v(h, a.q), a.out), a.k), a.v);
+    h = mix_v(mix_v(mix_v(mix_v(mix_v(h, a.kv_f32), a.strictly_before), a.m), a.n_head), a.n_kv);
+    return mix_v(mix_v(mix_v(mix_v(h, a.hd), a.q_pos), a.window), a.scale);
+}
+
+/* A 16-byte-aligned slot of `bytes` for values kernels read at run time; `host` is filled by
+ * the caller. While recording, slots accumulate and are uploaded at step_end. Outside a
+ * step the caller uploads right away (upload_slot); the arena then wraps after a sync. */
+struct Slot {
+    void *host;
+    void *dev;
+    size_t bytes;
+};
+Slot param_slot(CudaBackend *c, size_t bytes) {
+    const size_t b = (bytes + 15) & ~(size_t)15;
+    if (c->arena_used + b > kArenaBytes) {
+        if (c->recording) LSC_FATAL("step parameters: more than %zu bytes in one step", kArenaBytes);
+        QueueLock q; /* no capture is open while it is held */
+        LSC_CHECK(cudaStreamSynchronize(g_stream)); /* earlier uploads from the host slots are done */
+        c->arena_used = 0;
+    }
+    Slot s = {c->h_arena + c->arena_used, c->d_arena + c->arena_used, bytes};
+    c->arena_used += b;
+    return s;
+}
+/* Outside a recorded step: the slot's bytes go to the device before the launch that reads
+ * them (stream order). */
+void upload_slot(const Slot &s) {
+    LSC_CHECK(cudaMemcpyAsync(s.dev, s.host, s.bytes, cudaMemcpyHostToDevice, g_stream));
+}
+
+/* Runs an op's launch now, or records it (and its signature) while a step is recorded. */
+void run_op(CudaBackend *c, uint64_t op_sig, std::function<void()> launch) {
+    if (c->recording) {
+        c->sig = mix_v(c->sig, op_sig);
+        c->rec.push_back(std::move(launch));
+        return;
+    }
+    QueueLock q;
+    launch();
 }
 
 /* ---- memory ---- */
@@ -375,41 +458,44 @@ void cu_download(ls_backend *be, void *dst_host, const void *src, size_t bytes) 
 void cu_copy(ls_backend *be, void *dst, const void *src, size_t bytes) {
     CudaBackend *c = impl_of(be);
     if (!bytes || dst == src) return;
-    QueueLock q;
-    char *d = (char *)dst;
-    const char *s = (const char *)src;
-    auto mc = [](void *to, const void *from, size_t n) {
-        LSC_CHECK(cudaMemcpyAsync(to, from, n, cudaMemcpyDeviceToDevice, g_stream));
-    };
-    if (d + bytes <= s || s + bytes <= d) {
-        mc(d, s, bytes);
-        return;
-    }
-    const size_t gap = d < s ? (size_t)(s - d) : (size_t)(d - s); /* 0 < gap < bytes */
-    const size_t piece = gap >= kStagingBytes || bytes / gap <= 16 ? gap : kStagingBytes;
-    const bool staged = piece != gap;
-    if (d < s) {
-        for (size_t off = 0; off < bytes; off += piece) {
-            const size_t n = std::min(piece, bytes - off);
-            if (staged) {
-                mc(c->staging, s + off, n);
-                mc(d + off, c->staging, n);
-            } else {
-                mc(d + off, s + off, n);
+    uint64_t h = mix_v(0x636f7079ull, dst); /* "copy" */
+    h = mix_v(mix_v(h, src), bytes);
+    run_op(c, h, [c, dst, src, bytes] {
+        char *d = (char *)dst;
+        const char *s = (const char *)src;
+        auto mc = [](void *to, const void *from, size_t n) {
+            LSC_CHECK(cudaMemcpyAsync(to, from, n, cudaMemcpyDeviceToDevice, g_stream));
+        };
+        if (d + bytes <= s || s + bytes <= d) {
+            mc(d, s, bytes);
+            return;
+        }
+        const size_t gap = d < s ? (size_t)(s - d) : (size_t)(d - s); /* 0 < gap < bytes */
+        const size_t piece = gap >= kStagingBytes || bytes / gap <= 16 ? gap : kStagingBytes;
+        const bool staged = piece != gap;
+        if (d < s) {
+            for (size_t off = 0; off < bytes; off += piece) {
+                const size_t n = std::min(piece, bytes - off);
+                if (staged) {
+                    mc(c->staging, s + off, n);
+                    mc(d + off, c->staging, n);
+                } else {
+                    mc(d + off, s + off, n);
+                }
+            }
+        } else {
+            for (size_t end = bytes; end > 0;) {
+                const size_t n = std::min(piece, end);
+                end -= n;
+                if (staged) {
+                    mc(c->staging, s + end, n);
+                    mc(d + end, c->staging, n);
+                } else {
+                    mc(d + end, s + end, n);
+                }
             }
         }
-    } else {
-        for (size_t end = bytes; end > 0;) {
-            const size_t n = std::min(piece, end);
-            end -= n;
-            if (staged) {
-                mc(c->staging, s + end, n);
-                mc(d + end, c->staging, n);
-            } else {
-                mc(d + end, s + end, n);
-            }
-        }
-    }
+    });
 }
 
 /* Waits for everything queued before it (one queue for the process, so this is also every
@@ -427,15 +513,14 @@ void cu_sync(ls_backend *be) {
 
 void cu_copy_rows(ls_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
                   int64_t rows) {
-    (void)be;
-    QueueLock q;
-    lsc_copy_rows(g_stream, dst, dst_stride, src, src_stride, width, rows);
+    uint64_t h = mix_v(0x63726f77ull, dst); /* "crow" */
+    h = mix_v(mix_v(mix_v(mix_v(mix_v(h, dst_stride), src), src_stride), width), rows);
+    run_op(impl_of(be), h, [=] { lsc_copy_rows(g_stream, dst, dst_stride, src, src_stride, width, rows); });
 }
 
 void cu_fill(ls_backend *be, float *x, float v, int64_t n) {
-    (void)be;
-    QueueLock q;
-    lsc_fill(g_stream, x, v, n);
+    const uint64_t h = mix_v(mix_v(mix_v(0x66696c6cull, x), v), n); /* "fill" */
+    run_op(impl_of(be), h, [=] { lsc_fill(g_stream, x, v, n); });
 }
 
 /* ---- compute ---- */
@@ -469,125 +554,151 @@ ls_weight translate(const ls_weight *w) {
 
 void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, float *y) {
     if (m <= 0) return;
-    QueueLock q;
-    const ls_weight d = translate(w);
     CudaBackend *c = impl_of(be);
-    if (ls_cuda_matmul(g_stream, &d, x, m, y, c->mm_scratch, c->mm_bytes) != 0)
-        LSC_FATAL("matmul: weight type %s (%d), %lld x %lld, unsupported by the CUDA matmul", ls_type_name(w->type),
-                  (int)w->type, (long long)w->rows, (long long)w->cols);
+    const ls_weight d = translate(w);
+    uint64_t h = mix_weight(0x6d6d756cull, d); /* "mmul" */
+    h = mix_v(mix_v(mix_v(h, x), m), y);
+    run_op(c, h, [c, d, x, m, y, w] {
+        if (ls_cuda_matmul(g_stream, &d, x, m, y, c->mm_scratch, c->mm_bytes) != 0)
+            LSC_FATAL("matmul: weight type %s (%d), %lld x %lld, unsupported by the CUDA matmul",
+                      ls_type_name(w->type), (int)w->type, (long long)w->rows, (long long)w->cols);
+    });
 }
 
 void cu_get_rows(ls_backend *be, const ls_weight *table, const int32_t *ids, int64_t n, float *dst) {
-    (void)be;
     if (n <= 0) return;
-    QueueLock q;
     const ls_weight d = translate(table);
-    if (ls_cuda_get_rows(g_stream, &d, ids, n, dst) != 0)
-        LSC_FATAL("get_rows: table type %s (%d), %lld x %lld, unsupported by the CUDA get_rows",
-                  ls_type_name(table->type), (int)table->type, (long long)table->rows, (long long)table->cols);
+    uint64_t h = mix_weight(0x67726f77ull, d); /* "grow" */
+    h = mix_v(mix_v(mix_v(h, ids), n), dst);
+    const ls_type ty = table->type;
+    const int64_t rows = table->rows, cols = table->cols;
+    run_op(impl_of(be), h, [d, ids, n, dst, ty, rows, cols] {
+        if (ls_cuda_get_rows(g_stream, &d, ids, n, dst) != 0)
+            LSC_FATAL("get_rows: table type %s (%d), %lld x %lld, unsupported by the CUDA get_rows", ls_type_name(ty),
+                      (int)ty, (long long)rows, (long long)cols);
+    });
 }
 
 void cu_rmsnorm(ls_backend *be, float *x, const float *w, int64_t m, int64_t n, float eps) {
-    (void)be;
-    QueueLock q;
-    lsc_rmsnorm(g_stream, x, (const float *)dev_ptr(w), m, n, eps);
+    const float *dw = (const float *)dev_ptr(w);
+    const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x726d736eull, x), dw), m), n), eps); /* "rmsn" */
+    run_op(impl_of(be), h, [=] { lsc_rmsnorm(g_stream, x, dw, m, n, eps); });
 }
 
 void cu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
                    const int32_t *pos, float theta_base, float freq_scale) {
-    (void)be;
-    QueueLock q;
-    lsc_rope_pairs(g_stream, x, m, n_heads, hd, n_pairs, pos, theta_base, freq_scale);
+    uint64_t h = mix_v(mix_v(mix_v(0x726f7065ull, x), m), n_heads); /* "rope" */
+    h = mix_v(mix_v(mix_v(mix_v(mix_v(h, hd), n_pairs), pos), theta_base), freq_scale);
+    run_op(impl_of(be), h,
+           [=] { lsc_rope_pairs(g_stream, x, m, n_heads, hd, n_pairs, pos, theta_base, freq_scale); });
 }
 
+/* The cache extent (first_pos, n_slots, and the chunk range derived from them) is a step
+ * parameter; the signature takes the chunk count, which decides the launch shape. */
 void cu_attention(ls_backend *be, const ls_attn_args *a) {
     CudaBackend *c = impl_of(be);
-    QueueLock q;
-    lsc_attention(g_stream, a, c->attn_scratch, c->attn_bytes);
+    int32_t ext[4];
+    lsc_attention_extent(a, ext);
+    const uint64_t h = mix_v(mix_attn(0x6174746eull, *a), ext[3]); /* "attn" */
+    const Slot sl = param_slot(c, sizeof ext);
+    memcpy(sl.host, ext, sizeof ext);
+    const ls_attn_args args = *a;
+    float *scratch = c->attn_scratch;
+    const size_t sbytes = c->attn_bytes;
+    const bool rec = c->recording;
+    run_op(c, h, [args, sl, scratch, sbytes, rec] {
+        if (!rec) upload_slot(sl);
+        lsc_attention(g_stream, &args, (const int32_t *)sl.dev, scratch, sbytes);
+    });
 }
 
 void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
-    (void)be;
-    QueueLock q;
-    lsc_gelu_mul(g_stream, gate, up, n);
+    const uint64_t h = mix_v(mix_v(mix_v(0x67656c75ull, gate), up), n); /* "gelu" */
+    run_op(impl_of(be), h, [=] { lsc_gelu_mul(g_stream, gate, up, n); });
 }
 
 void cu_add(ls_backend *be, float *x, const float *y, int64_t n) {
-    (void)be;
-    QueueLock q;
-    lsc_add(g_stream, x, y, n);
+    const uint64_t h = mix_v(mix_v(mix_v(0x61646420ull, x), y), n); /* "add " */
+    run_op(impl_of(be), h, [=] { lsc_add(g_stream, x, y, n); });
 }
 
 void cu_scale(ls_backend *be, float *x, float s, int64_t n) {
-    (void)be;
-    QueueLock q;
-    lsc_scale(g_stream, x, s, n);
+    const uint64_t h = mix_v(mix_v(mix_v(0x7363616cull, x), s), n); /* "scal" */
+    run_op(impl_of(be), h, [=] { lsc_scale(g_stream, x, s, n); });
 }
 
 void cu_axpby(ls_backend *be, float *x, const float *y, float a, float b, int64_t n) {
-    (void)be;
-    QueueLock q;
-    lsc_axpby(g_stream, x, y, a, b, n);
+    const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x61787062ull, x), y), a), b), n); /* "axpb" */
+    run_op(impl_of(be), h, [=] { lsc_axpby(g_stream, x, y, a, b, n); });
 }
 
 void cu_mul_rows(ls_backend *be, float *x, const float *w, float s, int64_t m, int64_t n) {
-    (void)be;
     if (!w) LSC_FATAL("mul_rows: NULL weight vector");
-    QueueLock q;
-    lsc_mul_rows(g_stream, x, (const float *)dev_ptr(w), s, m, n);
+    const float *dw = (const float *)dev_ptr(w);
+    const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x6d726f77ull, x), dw), s), m), n); /* "mrow" */
+    run_op(impl_of(be), h, [=] { lsc_mul_rows(g_stream, x, dw, s, m, n); });
 }
 
 void cu_softcap(ls_backend *be, float *x, float cap, int64_t n) {
-    (void)be;
-    QueueLock q;
-    lsc_softcap(g_stream, x, cap, n);
+    const uint64_t h = mix_v(mix_v(mix_v(0x73636170ull, x), cap), n); /* "scap" */
+    run_op(impl_of(be), h, [=] { lsc_softcap(g_stream, x, cap, n); });
 }
 
 void cu_kv_store(ls_backend *be, void *dst, bool f32, const float *src, int64_t n) {
-    (void)be;
-    QueueLock q;
-    lsc_kv_store(g_stream, dst, f32, src, n);
+    const uint64_t h = mix_v(mix_v(mix_v(mix_v(0x6b763120ull, dst), f32), src), n); /* "kv1 " */
+    run_op(impl_of(be), h, [=] { lsc_kv_store(g_stream, dst, f32, src, n); });
 }
 
 void cu_gather_rows(ls_backend *be, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d) {
-    (void)be;
-    QueueLock q;
-    lsc_gather_rows(g_stream, dst, src, rows, cnt, d);
+    const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x67617468ull, dst), src), rows), cnt), d); /* "gath" */
+    run_op(impl_of(be), h, [=] { lsc_gather_rows(g_stream, dst, src, rows, cnt, d); });
 }
 
 void cu_scatter_add(ls_backend *be, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
                     int64_t d) {
-    (void)be;
-    QueueLock q;
-    lsc_scatter_add(g_stream, acc, y, rows, w, cnt, d);
+    uint64_t h = mix_v(mix_v(mix_v(mix_v(0x73636174ull, acc), y), rows), w); /* "scat" */
+    h = mix_v(mix_v(h, cnt), d);
+    run_op(impl_of(be), h, [=] { lsc_scatter_add(g_stream, acc, y, rows, w, cnt, d); });
 }
 
 /* ---- fused ops (backend.h; kernels in rowwise.cu) ---- */
 
 void cu_rmsnorm_to(ls_backend *be, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps) {
-    (void)be;
-    QueueLock q;
-    lsc_rmsnorm_to(g_stream, dst, src, (const float *)dev_ptr(w), m, n, eps);
+    const float *dw = (const float *)dev_ptr(w);
+    uint64_t h = mix_v(mix_v(mix_v(0x726d7374ull, dst), src), dw); /* "rmst" */
+    h = mix_v(mix_v(mix_v(h, m), n), eps);
+    run_op(impl_of(be), h, [=] { lsc_rmsnorm_to(g_stream, dst, src, dw, m, n, eps); });
 }
 
 void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, float s, float *xn, const float *w_pre,
                     int64_t m, int64_t n, float eps) {
-    (void)be;
-    QueueLock q;
-    lsc_add_rmsnorm(g_stream, x, t, (const float *)dev_ptr(w_post), s, xn, (const float *)dev_ptr(w_pre), m, n, eps);
+    const float *dpost = (const float *)dev_ptr(w_post), *dpre = (const float *)dev_ptr(w_pre);
+    uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x61726d73ull, x), t), dpost), s), xn); /* "arms" */
+    h = mix_v(mix_v(mix_v(mix_v(h, dpre), m), n), eps);
+    run_op(impl_of(be), h, [=] { lsc_add_rmsnorm(g_stream, x, t, dpost, s, xn, dpre, m, n, eps); });
 }
 
 void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
                   int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
-    (void)be;
-    QueueLock q;
-    lsc_norm_rope(g_stream, x, (const float *)dev_ptr(w), m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale);
+    const float *dw = (const float *)dev_ptr(w);
+    uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x6e726f70ull, x), dw), m), n_heads), hd); /* "nrop" */
+    h = mix_v(mix_v(mix_v(mix_v(mix_v(h, eps), n_pairs), pos), theta_base), freq_scale);
+    run_op(impl_of(be), h,
+           [=] { lsc_norm_rope(g_stream, x, dw, m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale); });
 }
 
+/* The destination slots move every step: they are step parameters, not in the signature. */
 void cu_kv_store2(ls_backend *be, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n) {
-    (void)be;
-    QueueLock q;
-    lsc_kv_store2(g_stream, dk, dv, f32, k, v, n);
+    CudaBackend *c = impl_of(be);
+    const uint64_t h = mix_v(mix_v(mix_v(mix_v(0x6b763220ull, f32), k), v), n); /* "kv2 " */
+    void *dst[2] = {dk, dv};
+    const Slot sl = param_slot(c, sizeof dst);
+    memcpy(sl.host, dst, sizeof dst);
+    const bool rec = c->recording;
+    run_op(c, h, [sl, f32, k, v, n, rec] {
+        if (!rec) upload_slot(sl);
+        lsc_kv_store2(g_stream, (void *const *)sl.dev, f32, k, v, n);
+    });
 }
 
 /* ---- step graphs ---- */
@@ -598,40 +709,39 @@ void cu_step_begin(ls_backend *be, int64_t key) {
     c->in_step = true;
     c->step_key = key;
     if (!c->graphs) return;
-    QueueLock q;
-    if (g_capturing) LSC_FATAL("step_begin: this thread already captures a step (of another backend instance)");
-    LSC_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
-    g_capturing = true;
-    g_capture_owner = std::this_thread::get_id();
+    {
+        /* the previous step's parameter upload has run (every forward syncs after its step;
+         * this makes reusing the host slots safe regardless) */
+        QueueLock q;
+        LSC_CHECK(cudaStreamSynchronize(g_stream));
+    }
+    c->recording = true;
+    c->rec.clear();
+    c->sig = mix_v(0xcbf29ce484222325ull, key);
+    c->arena_used = 0;
 }
 
-/* The cached executable graph for `key`, updated to `g`, or a new one (evicting the least
- * recently used of kGraphCache). */
-cudaGraphExec_t graph_for(CudaBackend *c, int64_t key, cudaGraph_t g) {
-    GraphEntry *e = nullptr;
+/* The cached executable graph for signature `sig`, or NULL. */
+GraphEntry *graph_find(CudaBackend *c, uint64_t sig) {
     for (int i = 0; i < c->n_cache; i++)
-        if (c->cache[i].key == key) e = &c->cache[i];
-    if (e) {
-        cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(e->exec, g, &info) != cudaSuccess) {
-            (void)cudaGetLastError(); /* a topology change: not an error, and not sticky */
-            LSC_CHECK(cudaGraphExecDestroy(e->exec));
-            LSC_CHECK(cudaGraphInstantiate(&e->exec, g, 0));
-        }
+        if (c->cache[i].sig == sig) return &c->cache[i];
+    return nullptr;
+}
+
+/* A new entry for `sig` instantiated from g (evicting the least recently used of kGraphCache). */
+GraphEntry *graph_add(CudaBackend *c, uint64_t sig, cudaGraph_t g) {
+    GraphEntry *e;
+    if (c->n_cache < kGraphCache) {
+        e = &c->cache[c->n_cache++];
     } else {
-        if (c->n_cache < kGraphCache) {
-            e = &c->cache[c->n_cache++];
-        } else {
-            e = &c->cache[0];
-            for (int i = 1; i < c->n_cache; i++)
-                if (c->cache[i].last_used < e->last_used) e = &c->cache[i];
-            LSC_CHECK(cudaGraphExecDestroy(e->exec));
-        }
-        e->key = key;
-        LSC_CHECK(cudaGraphInstantiate(&e->exec, g, 0));
+        e = &c->cache[0];
+        for (int i = 1; i < c->n_cache; i++)
+            if (c->cache[i].last_used < e->last_used) e = &c->cache[i];
+        LSC_CHECK(cudaGraphExecDestroy(e->exec));
     }
-    e->last_used = ++c->tick;
-    return e->exec;
+    e->sig = sig;
+    LSC_CHECK(cudaGraphInstantiate(&e->exec, g, 0));
+    return e;
 }
 
 void cu_step_end(ls_backend *be) {
@@ -639,20 +749,29 @@ void cu_step_end(ls_backend *be) {
     if (!c->in_step) LSC_FATAL("step_end without step_begin");
     c->in_step = false;
     if (!c->graphs) return;
+    c->recording = false;
+    if (c->rec.empty()) return;
     QueueLock q;
-    if (!g_capturing) LSC_FATAL("step_end: no capture open");
-    cudaGraph_t g = nullptr;
-    const cudaError_t e = cudaStreamEndCapture(g_stream, &g);
-    g_capturing = false;
-    g_q_cv.notify_all(); /* they proceed once this lock is released, after the launch */
-    LSC_CHECK(e);
-    size_t nodes = 0;
-    LSC_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
-    if (nodes > 0) {
-        const cudaGraphExec_t exec = graph_for(c, c->step_key, g);
-        LSC_CHECK(cudaGraphLaunch(exec, g_stream));
+    GraphEntry *e = graph_find(c, c->sig);
+    if (!e) {
+        if (g_capturing) LSC_FATAL("step_end: a capture is already open");
+        LSC_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+        g_capturing = true;
+        g_capture_owner = std::this_thread::get_id();
+        for (auto &f : c->rec) f();
+        cudaGraph_t g = nullptr;
+        const cudaError_t err = cudaStreamEndCapture(g_stream, &g);
+        g_capturing = false;
+        g_q_cv.notify_all();
+        LSC_CHECK(err);
+        e = graph_add(c, c->sig, g);
+        LSC_CHECK(cudaGraphDestroy(g));
     }
-    LSC_CHECK(cudaGraphDestroy(g));
+    e->last_used = ++c->tick;
+    if (c->arena_used)
+        LSC_CHECK(cudaMemcpyAsync(c->d_arena, c->h_arena, c->arena_used, cudaMemcpyHostToDevice, g_stream));
+    LSC_CHECK(cudaGraphLaunch(e->exec, g_stream));
+    c->rec.clear();
 }
 
 /* ---- lifetime ---- */
@@ -667,6 +786,8 @@ void cu_free(ls_backend *be) {
     if (c->staging) LSC_CHECK(cudaFree(c->staging));
     if (c->attn_scratch) LSC_CHECK(cudaFree(c->attn_scratch));
     if (c->mm_scratch) LSC_CHECK(cudaFree(c->mm_scratch));
+    if (c->d_arena) LSC_CHECK(cudaFree(c->d_arena));
+    if (c->h_arena) LSC_CHECK(cudaFreeHost(c->h_arena));
     if (c->done) LSC_CHECK(cudaEventDestroy(c->done));
     if (--g_stream_users == 0) {
         LSC_CHECK(cudaStreamSynchronize(g_stream));
@@ -751,7 +872,13 @@ ls_backend *cu_create(const ls_backend_params *p) {
     /* rows beyond max_rows run in several passes (mmq.cu), so one row's worth suffices */
     c->mm_bytes = ls_cuda_mmq_scratch_bytes(p->max_rows > 0 ? p->max_rows : 1, p->max_cols > 0 ? p->max_cols : QB_MIN);
     c->mm_scratch = c->attn_scratch ? create_alloc(c->mm_bytes, "matmul activation scratch") : nullptr;
-    if (!c->mm_scratch) {
+    c->d_arena = c->mm_scratch ? (uint8_t *)create_alloc(kArenaBytes, "step parameters") : nullptr;
+    if (c->d_arena && cudaMallocHost((void **)&c->h_arena, kArenaBytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        log_error("cuda: create: step parameters (%zu bytes of pinned host memory): out of memory", kArenaBytes);
+        c->h_arena = nullptr;
+    }
+    if (!c->h_arena) {
         q.lk.unlock();
         cu_free(&c->base);
         return nullptr;

@@ -43,7 +43,9 @@ void lsc_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_p
                      const float *w_pre, int64_t m, int64_t n, float eps);
 void lsc_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
                    int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale);
-void lsc_kv_store2(cudaStream_t st, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n);
+/* dst (device) holds the two destination addresses {dk, dv} when the kernel runs (a step
+ * parameter: the cache slot moves every step, the replayed graph does not). */
+void lsc_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n);
 void lsc_gelu_mul(cudaStream_t st, float *gate, const float *up, int64_t n);
 void lsc_add(cudaStream_t st, float *x, const float *y, int64_t n);
 void lsc_scale(cudaStream_t st, float *x, float s, int64_t n);
@@ -62,7 +64,12 @@ void lsc_attention_init(void);
  * width n_head * hd <= max_cols and whose filled slots <= max_keys; more rows per launch
  * when there is room (rows are processed in groups; a row's bits never depend on it). */
 size_t lsc_attention_scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t max_keys);
-/* a's pointers are device memory; scratch holds scratch_bytes (device). */
-void lsc_attention(cudaStream_t st, const ls_attn_args *a, float *scratch, size_t scratch_bytes);
+/* The cache extent of a call, {first_pos, n_slots, c_first, nch}: what lsc_attention's
+ * `dyn` must hold (the launch shape depends on nch, the arithmetic on none of it). */
+void lsc_attention_extent(const ls_attn_args *a, int32_t out[4]);
+/* a's pointers are device memory; scratch holds scratch_bytes (device); dyn (device) holds
+ * lsc_attention_extent(a) when the kernels run: they read the extent from there, so a
+ * replayed graph attends over the cache as it is at replay time. */
+void lsc_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes);
 
 #endif

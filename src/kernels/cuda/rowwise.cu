@@ -295,7 +295,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /* kv_store2: k_store_f16's conversion for both caches in one grid. */
-__global__ void k_store2_f16(__half *dk, __half *dv, const float *k, const float *v, int64_t n) {
+__global__ void k_store2_f16(void *const *dst, const float *k, const float *v, int64_t n) {
+    __half *dk = (__half *)dst[0], *dv = (__half *)dst[1];
     GRID_STRIDE(i, n) {
         dk[i] = __float2half_rn(k[i]);
         dv[i] = __float2half_rn(v[i]);
@@ -304,7 +305,8 @@ __global__ void k_store2_f16(__half *dk, __half *dv, const float *k, const float
 
 /* kv_store2 into f32 caches: the bytes, as the two cudaMemcpyAsync of kv_store copy them
  * (32-bit words moved through registers, never through a float operation). */
-__global__ void k_copy2_u32(uint32_t *dk, uint32_t *dv, const uint32_t *k, const uint32_t *v, int64_t n) {
+__global__ void k_copy2_u32(void *const *dst, const uint32_t *k, const uint32_t *v, int64_t n) {
+    uint32_t *dk = (uint32_t *)dst[0], *dv = (uint32_t *)dst[1];
     GRID_STRIDE(i, n) {
         dk[i] = k[i];
         dv[i] = v[i];
@@ -414,13 +416,12 @@ void lsc_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, int64_
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_kv_store2(cudaStream_t st, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n) {
+void lsc_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n) {
     if (n <= 0) return;
     if (f32)
-        k_copy2_u32<<<elt_blocks(n), kThreads, 0, st>>>((uint32_t *)dk, (uint32_t *)dv, (const uint32_t *)k,
-                                                        (const uint32_t *)v, n);
+        k_copy2_u32<<<elt_blocks(n), kThreads, 0, st>>>(dst, (const uint32_t *)k, (const uint32_t *)v, n);
     else
-        k_store2_f16<<<elt_blocks(n), kThreads, 0, st>>>((__half *)dk, (__half *)dv, k, v, n);
+        k_store2_f16<<<elt_blocks(n), kThreads, 0, st>>>(dst, k, v, n);
     LSC_CHECK_LAUNCH();
 }
 
