@@ -43,9 +43,10 @@ usage: python3 bench/bench_server.py [--lockstep build/release/lockstep] [--llam
           [--model GGUF] [--device cpu|cuda] [--threads 2] [--levels 1,4,8] [--requests R]
           [--max-tokens 64] [--ctx 2048] [--ls-parallel min4] [--no-llama] [--json OUT]
 
-  32 concurrent streams with 32 slots on both servers (GPU):
+  32 concurrent streams with 32 slots on both servers (GPU; llama-server from
+  scripts/build-llama-cuda.sh, which scripts/test-cuda.sh --llama DIR runs this way):
   python3 bench/bench_server.py --device cuda --lockstep build/cuda/lockstep \\
-          --llama-server LLAMA_CPP/build/bin/llama-server --model GGUF \\
+          --llama-server build/llama-cuda/llama-server --model GGUF \\
           --levels 32 --ls-parallel 32 --threads 0 --json server-32.json
 """
 import argparse

@@ -12,9 +12,14 @@
 #      direct launches; the same on the Gemma 4 fixtures
 #   3. `lockstep probe --device cuda` at K = 2..16; a fault injected on the GPU path is named
 #   4. speculative output byte-identical to plain decoding (ngram, model drafts; T = 0, 0.8)
-#   5. accuracy: GPU logits vs the committed transformers / mlx-lm goldens on every fixture
+#   5. accuracy: GPU logits vs the committed transformers / mlx-lm goldens on every fixture;
+#      GPU vs CPU lockstep logits on the prompt of 2., and with --llama DIR the same
+#      measurement for llama.cpp (its CUDA vs its own CPU logits, llama-logits, on the token ids
+#      lockstep evaluated) plus lockstep vs llama.cpp on each device
 #   6. speed: lockstep bench --device cuda next to llama.cpp's CUDA llama-bench (--llama DIR:
-#      a build of llama.cpp's llama-bench) on the same file
+#      the output folder of scripts/build-llama-cuda.sh, holding llama-bench, llama-server,
+#      llama-logits) on the same file; with --llama, bench/bench_server.py: lockstep serve
+#      --parallel 32 vs llama-server -np 32 -ngl 99, 32 streams, aggregate tok/s and the ratio
 #   7. big-model geometry (--big DIR from lockstep-gen-model): probe and decode/verify cost
 # and prints a table last. Exit status: non-zero when any exactness or accuracy check failed.
 set -uo pipefail
@@ -50,6 +55,26 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 ROWS=()
 FAIL=0
 row() { ROWS+=("$(printf '%-52s %s' "$1" "$2")"); echo "== $1: $2"; }
+llama_bin() { # NAME: path of llama.cpp's NAME in --llama DIR (DIR/NAME, DIR/bin/NAME, DIR/build/bin/NAME)
+  local d
+  [ -n "$LLAMA" ] || return 1
+  for d in "$LLAMA" "$LLAMA/bin" "$LLAMA/build/bin"; do
+    [ -x "$d/$1" ] && { echo "$d/$1"; return 0; }
+  done
+  return 1
+}
+agree() { # a.f32 b.f32: teacher-forced top-1 agreement and rel L2 of a's logits rows against b's
+  python3 - "$1" "$2" <<'PY'
+import sys, numpy as np
+g = np.fromfile(sys.argv[1], dtype='<f4'); c = np.fromfile(sys.argv[2], dtype='<f4')
+v = 262144; n = g.size // v
+if g.size != c.size or g.size == 0 or g.size % v:
+    sys.exit(print(f"size mismatch: {g.size / v} vs {c.size / v} rows of {v}"))
+g = g.reshape(n, v); c = c.reshape(n, v)
+rel = np.linalg.norm(g - c, axis=1) / np.linalg.norm(c, axis=1)
+print(f"{n} positions: top-1 agreement {(g.argmax(1) == c.argmax(1)).mean()*100:.2f}%, median rel L2 {np.median(rel):.2e}, max {rel.max():.2e}")
+PY
+}
 check() { # name, command...: PASS/FAIL row from the exit status
   local name=$1; shift
   if "$@" >"$TMP/out" 2>&1; then row "$name" PASS; else row "$name" FAIL; FAIL=1; tail -5 "$TMP/out"; fi
@@ -79,16 +104,27 @@ if [ -f "$MODEL" ]; then
   cp "$TMP/prefill.f32" "$TMP/graph.f32" 2>/dev/null
   # GPU vs CPU lockstep on the same 700 positions (teacher-forced: the prompt's own tokens)
   "$CLI" logits --device cpu -m "$MODEL" -p "$prompt" --mode prefill -o "$TMP/cpu.f32" 2>/dev/null
-  agree=$(python3 - "$TMP/graph.f32" "$TMP/cpu.f32" <<'PY'
-import sys, numpy as np
-g = np.fromfile(sys.argv[1], dtype='<f4'); c = np.fromfile(sys.argv[2], dtype='<f4')
-v = 262144; n = g.size // v
-g = g.reshape(n, v); c = c.reshape(n, v)
-rel = np.linalg.norm(g - c, axis=1) / np.linalg.norm(c, axis=1)
-print(f"{n} positions: top-1 agreement {(g.argmax(1) == c.argmax(1)).mean()*100:.2f}%, median rel L2 {np.median(rel):.2e}, max {rel.max():.2e}")
-PY
-)
-  row "GPU vs CPU lockstep logits (default model)" "$agree"
+  row "GPU vs CPU lockstep logits (default model)" "$(agree "$TMP/graph.f32" "$TMP/cpu.f32")"
+  # the same for llama.cpp (--llama DIR): its CUDA logits vs its own pure-CPU logits (no device,
+  # no op offload), teacher-forced on the token ids lockstep evaluated (lockstep tokenize of the
+  # same prompt), and each engine against the other on the same device
+  if LLOGITS=$(llama_bin llama-logits); then
+    "$CLI" tokenize -m "$MODEL" -p "$prompt" >"$TMP/ids" 2>"$TMP/err" || cat "$TMP/err"
+    ll_ok=1
+    for ngl in 99 0; do
+      "$LLOGITS" -m "$MODEL" --tokens-file "$TMP/ids" -ngl $ngl -o "$TMP/llama-ngl$ngl.f32" 2>"$TMP/llerr" \
+        || { ll_ok=0; tail -5 "$TMP/llerr"; }
+      grep '^llama-logits:' "$TMP/llerr"
+    done
+    if [ $ll_ok = 1 ]; then
+      row "GPU vs CPU llama.cpp logits (default model)" "$(agree "$TMP/llama-ngl99.f32" "$TMP/llama-ngl0.f32")"
+      row "lockstep vs llama.cpp logits, CPU" "$(agree "$TMP/cpu.f32" "$TMP/llama-ngl0.f32")"
+      row "lockstep vs llama.cpp logits, GPU" "$(agree "$TMP/graph.f32" "$TMP/llama-ngl99.f32")"
+    else
+      row "GPU vs CPU llama.cpp logits (default model)" "failed (llama-logits, see above)"
+    fi
+    rm -f "$TMP"/llama-ngl*.f32
+  fi
   LOCKSTEP_CUDA_GRAPHS=0 "$CLI" logits --device cuda -m "$MODEL" -p "$prompt" --mode chain -o "$TMP/nograph.f32" 2>/dev/null
   check "graph replay == direct launches (chain)" cmp -s "$TMP/graph.f32" "$TMP/nograph.f32"
 fi
@@ -157,8 +193,8 @@ if [ -f "$MODEL" ]; then
   "$CLI" bench --device cuda -m "$MODEL" >"$TMP/b" 2>/dev/null
   pp=$(sed -n 's/.*prefill_tok_s=\([0-9.]*\).*/\1/p' "$TMP/b"); tg=$(sed -n 's/.*decode_tok_s=\([0-9.]*\).*/\1/p' "$TMP/b")
   row "lockstep cuda default model pp512 / tg128 tok/s" "$pp / $tg"
-  if [ -n "$LLAMA" ] && [ -x "$LLAMA/llama-bench" ]; then
-    "$LLAMA/llama-bench" -m "$MODEL" -ngl 99 -p 512 -n 128 -r 5 -o csv >"$TMP/lb" 2>/dev/null
+  if LBENCH=$(llama_bin llama-bench); then
+    "$LBENCH" -m "$MODEL" -ngl 99 -p 512 -n 128 -r 5 -o csv >"$TMP/lb" 2>/dev/null
     cmpline=$(python3 - "$TMP/lb" "$pp" "$tg" <<'PY'
 
 import csv, sys
@@ -172,6 +208,22 @@ if pp and tg:
 PY
 )
     row "llama.cpp cuda pp512 / tg128 tok/s" "$cmpline"
+  fi
+  # server throughput: 32 streams, 32 slots on both servers, the same file, both on the GPU
+  if LSERVER=$(llama_bin llama-server); then
+    python3 bench/bench_server.py --device cuda --lockstep "$CLI" --llama-server "$LSERVER" --model "$MODEL" \
+      --levels 32 --ls-parallel 32 --threads 0 --json "$TMP/server-32.json"
+    srv=$(python3 - "$TMP/server-32.json" <<'PY' 2>/dev/null
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["ratios"][0] if d.get("ratios") else None
+if r:
+    print(f"{r['lockstep_tok_s']:.0f} / {r['llama_server_tok_s']:.0f}; lockstep/llama-server {r['ratio']:.2f}x")
+else:
+    print("failed: " + "; ".join(x["server"] + ": " + x["error"].splitlines()[0][:100] for x in d["runs"] if "error" in x))
+PY
+)
+    row "serve 32 streams tok/s lockstep / llama-server" "${srv:-failed (bench_server.py, see above)}"
   fi
 fi
 
