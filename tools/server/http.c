@@ -1,10 +1,24 @@
 /* lockstep serve: the HTTP front end (libmicrohttpd, one thread per connection; streaming
- * responses block in the content reader until the slot worker produced more bytes). */
+ * responses block in the content reader until the slot worker produced more bytes).
+ *
+ * Framing (docs/server_http.md): our own accept loop checks each connection's request line
+ * before handing the socket to libmicrohttpd (MHD_add_connection); the request handler checks
+ * Content-Length / Transfer-Encoding / Host / field names when the headers are in; where
+ * libmicrohttpd answers a malformed request itself (a bad Content-Length value, a bad chunk,
+ * header syntax, a later request line on a kept-alive connection), its log hook writes our JSON
+ * answer first and closes our side, so its own answer (HTML, and for a bad Content-Length sent
+ * with two header blocks by 0.9.75) never reaches the client. */
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -14,15 +28,18 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 
+#include "http_framing.h"
 #include "server.h"
 
 enum { BODY_LIMIT = 8 << 20 };
-/* Connections held at once (plus 4 per slot). Far above the worker count so that idle or slow
- * clients cannot lock others out: each must deliver its request within --header-timeout. */
+/* Connections held at once (plus 4 per slot), by libmicrohttpd and, separately, by the accept
+ * loop while it waits for their request lines. Far above the worker count so that idle or slow
+ * clients cannot lock others out: each must deliver its request within --header-timeout (the
+ * accept loop sheds its oldest connections first when full). */
 enum { LS_SRV_MAX_CONNECTIONS = 1024 };
 
 static struct MHD_Daemon *g_daemon;
-static MHD_socket g_listen_fd = MHD_INVALID_SOCKET;
+static srv_server *g_srv;
 static int g_port;
 
 typedef struct {
@@ -30,6 +47,16 @@ typedef struct {
     size_t len, cap;
     bool too_large;
 } conn_ctx;
+
+/* The connection this thread serves (libmicrohttpd runs one thread per connection): set by
+ * on_uri once a request line is parsed, read by on_mhd_log to answer libmicrohttpd's own
+ * error responses. `responded`: this request has an answer already (ours or the hook's). */
+static _Thread_local struct {
+    struct MHD_Connection *c;
+    int fd;
+    bool responded;
+    bool answered_raw; /* on_mhd_log answered: libmicrohttpd's complaints that follow are not news */
+} t_conn;
 
 /* ---- responses ------------------------------------------------------------------- */
 
@@ -39,8 +66,10 @@ static void count_status(srv_server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* `close`: the connection is closed after this response (framing errors: what follows the
+ * headers cannot be trusted to be a body or a next request). */
 static enum MHD_Result send_text(srv_server *s, struct MHD_Connection *c, int status, const char *ctype,
-                                 const char *body, size_t n, int retry_after) {
+                                 const char *body, size_t n, int retry_after, bool close) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
@@ -50,8 +79,10 @@ static enum MHD_Result send_text(srv_server *s, struct MHD_Connection *c, int st
         MHD_add_response_header(r, "Retry-After", ra);
     }
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (close) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
+    if (t_conn.c == c) t_conn.responded = true;
     count_status(s, status);
     return rc;
 }
@@ -60,29 +91,109 @@ static enum MHD_Result send_json(srv_server *s, struct MHD_Connection *c, int st
     char *txt = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (!txt) return MHD_NO;
-    enum MHD_Result rc = send_text(s, c, status, "application/json", txt, strlen(txt), retry_after);
+    enum MHD_Result rc = send_text(s, c, status, "application/json", txt, strlen(txt), retry_after, false);
+    cJSON_free(txt);
+    return rc;
+}
+
+static enum MHD_Result send_error_ex(srv_server *s, struct MHD_Connection *c, int status, const char *message,
+                                     const char *param, const char *code, bool close) {
+    char *txt = ls_http_error_body(status, message, param, code);
+    if (!txt) return MHD_NO;
+    enum MHD_Result rc = send_text(s, c, status, "application/json", txt, strlen(txt), status == 503 ? 1 : 0, close);
     cJSON_free(txt);
     return rc;
 }
 
 static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *c, int status, const char *message,
                                   const char *param, const char *code) {
-    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "message", message);
-    cJSON_AddStringToObject(e, "type", status >= 500 ? "server_error" : "invalid_request_error");
-    if (param && *param)
-        cJSON_AddStringToObject(e, "param", param);
-    else
-        cJSON_AddNullToObject(e, "param");
-    if (code && *code)
-        cJSON_AddStringToObject(e, "code", code);
-    else
-        cJSON_AddNullToObject(e, "code");
-    return send_json(s, c, status, o, status == 503 ? 1 : 0);
+    return send_error_ex(s, c, status, message, param, code, false);
 }
 
 static enum MHD_Result send_lsr_error(srv_server *s, struct MHD_Connection *c, const ls_req_error *e) {
     return send_error(s, c, e->status ? e->status : 400, e->message, e->param, e->code);
+}
+
+/* ---- answers libmicrohttpd never sees ------------------------------------------------ */
+
+/* Writes the error response for *p to a client socket (non-blocking; waits up to 1 s for room)
+ * and shuts our side for writing: the client reads exactly this response, then end of file. */
+static void answer_raw(srv_server *s, int fd, const ls_http_problem *p) {
+    char buf[1024];
+    size_t n = ls_http_error_response(p, buf, sizeof buf), off = 0;
+    double end = srv_now_ms() + 1000;
+    while (off < n) {
+        ssize_t w = send(fd, buf + off, n - off, MSG_NOSIGNAL);
+        if (w > 0) {
+            off += (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && srv_now_ms() < end) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            poll(&pfd, 1, 50);
+        } else {
+            break;
+        }
+    }
+    shutdown(fd, SHUT_WR);
+    if (s) count_status(s, p->status);
+}
+
+/* Reads and drops what the client still sends, until it closes (it has our answer and our end
+ * of file), `ms` pass or 1 MiB came: closing a socket with unread bytes would send a reset,
+ * which may discard the answer before the client reads it. */
+static void drain(int fd, int ms) {
+    char buf[4096];
+    size_t total = 0;
+    double end = srv_now_ms() + ms;
+    for (;;) {
+        ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (r > 0) {
+            if ((total += (size_t)r) > (1u << 20)) return;
+            continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return;
+        double left = end - srv_now_ms();
+        if (left <= 0) return;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        poll(&pfd, 1, (int)ceil(left));
+    }
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: a request line was parsed on this thread's connection. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls, (void)uri;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    t_conn.c = c;
+    t_conn.fd = ci ? (int)ci->connect_fd : -1;
+    t_conn.responded = t_conn.answered_raw = false;
+    return NULL; /* the request's con_cls starts NULL (on_request allocates it) */
+}
+
+/* MHD_OPTION_EXTERNAL_LOGGER. libmicrohttpd answers some malformed requests itself, without
+ * calling the handler: it logs "Error processing request (HTTP response code is %u ('%s'))"
+ * (status, HTML body) from the connection's thread, then queues its response. Here we write
+ * our JSON answer for the same status first and shut our side: libmicrohttpd's own response
+ * then fails to send and it closes the connection. Everything else is printed as before
+ * (except, after such an answer, libmicrohttpd's complaint that it could not send its own). */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    static const char prefix[] = "Error processing request (HTTP response code is %u";
+    if (t_conn.answered_raw && t_conn.c) return;
+    /* TCP options on a non-TCP socket (srv_http_adopt of a socketpair): not news either */
+    if (!strncmp(fmt, "Setting %s option", 17) || !strncmp(fmt, "Failed to push the data", 23)) return;
+    if (t_conn.c && t_conn.fd >= 0 && !t_conn.responded && !strncmp(fmt, prefix, sizeof prefix - 1)) {
+        va_list aq;
+        va_copy(aq, ap);
+        unsigned status = va_arg(aq, unsigned);
+        const char *body = va_arg(aq, const char *);
+        va_end(aq);
+        ls_http_problem p;
+        ls_http_problem_from_mhd(status, body, &p);
+        t_conn.responded = t_conn.answered_raw = true;
+        answer_raw(cls, t_conn.fd, &p);
+        drain(t_conn.fd, 1000);
+    }
+    vfprintf(stderr, fmt, ap);
 }
 
 /* ---- helpers --------------------------------------------------------------------- */
@@ -253,7 +364,7 @@ static enum MHD_Result handle_metrics(srv_server *s, struct MHD_Connection *c) {
     }
 #undef P
     if (n >= cap) n = cap - 1;
-    enum MHD_Result rc = send_text(s, c, 200, "text/plain; version=0.0.4", b, n, 0);
+    enum MHD_Result rc = send_text(s, c, 200, "text/plain; version=0.0.4", b, n, 0, false);
     free(b);
     return rc;
 }
@@ -421,6 +532,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         enum MHD_Result rc = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
+        if (t_conn.c == c) t_conn.responded = true;
         count_status(s, 200);
         return rc;
     }
@@ -468,10 +580,55 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
 
 /* ---- dispatch -------------------------------------------------------------------- */
 
+typedef struct {
+    ls_http_fields f;
+    char te[256]; /* Transfer-Encoding values joined */
+    size_t te_len;
+    bool te_long;
+} field_scan;
+
+static enum MHD_Result scan_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    field_scan *fs = cls;
+    if (!key || !*key) {
+        fs->f.bad_field_name = true;
+        return MHD_YES;
+    }
+    for (const char *k = key; *k; k++)
+        if (*k <= ' ' || *k == 0x7F || strchr("\"(),/:;<=>?@[\\]{}", *k)) fs->f.bad_field_name = true;
+    if (!strcasecmp(key, "Content-Length")) {
+        fs->f.n_content_length++;
+    } else if (!strcasecmp(key, "Host")) {
+        fs->f.n_host++;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        fs->f.n_transfer_encoding++;
+        size_t vn = value ? strlen(value) : 0;
+        if (fs->te_len + vn + 2 > sizeof fs->te) {
+            fs->te_long = true;
+        } else {
+            if (fs->te_len) fs->te[fs->te_len++] = ',';
+            memcpy(fs->te + fs->te_len, value ? value : "", vn);
+            fs->te_len += vn;
+            fs->te[fs->te_len] = 0;
+        }
+    }
+    return MHD_YES;
+}
+
+/* The framing rules libmicrohttpd does not enforce (ls_http_check_fields), on the first call
+ * of a request (headers in, body not read). Returns 0 or fills *p. */
+static int check_framing(struct MHD_Connection *c, const char *version, ls_http_problem *p) {
+    field_scan fs;
+    memset(&fs, 0, sizeof fs);
+    fs.f.http_minor = version && !strncmp(version, "HTTP/1.", 7) ? version[7] - '0' : 1;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_field, &fs);
+    fs.f.transfer_encoding = fs.te_long ? "too long" : fs.te;
+    return ls_http_check_fields(&fs.f, p);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-    (void)version;
     srv_server *s = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) {
@@ -483,13 +640,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&s->mu);
         s->http_active++;
         pthread_mutex_unlock(&s->mu);
+        ls_http_problem p;
+        if (check_framing(c, version, &p) != 0) {
+            cc->too_large = true; /* ignore any body bytes */
+            return send_error_ex(s, c, p.status, p.message, NULL, p.code, true);
+        }
+        /* libmicrohttpd has checked the value: decimal digits that fit 64 bits */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > BODY_LIMIT) {
             cc->too_large = true;
-            return send_error(s, c, 413, "request body too large (limit 8 MiB)", NULL, "request_too_large");
+            return send_error_ex(s, c, 413, "request body too large (limit 8 MiB)", NULL, "request_too_large", true);
         }
         return MHD_YES;
     }
+    /* libmicrohttpd 0.9.75 makes this call (data pointer, no bytes) when bytes follow a request
+     * without a body that sent "Expect: 100-continue": not the final call (that one has no data
+     * pointer), nothing to take; the final call follows. */
+    if (upload_data && !*upload_data_size) return MHD_YES;
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
@@ -514,7 +681,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->body[cc->len] = 0;
         return MHD_YES;
     }
-    if (cc->too_large) return send_error(s, c, 413, "request body too large (limit 8 MiB)", NULL, "request_too_large");
+    if (cc->too_large)
+        return send_error_ex(s, c, 413, "request body too large (limit 8 MiB)", NULL, "request_too_large", true);
     /* The whole request is in: from now on the connection may stay quiet as long as a
      * generation may run (--timeout); until now it had --header-timeout (daemon default), so
      * idle or slow clients cannot hold connections for long. */
@@ -568,8 +736,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c, (void)toe;
+    (void)toe;
     srv_server *s = cls;
+    if (t_conn.c == c) t_conn.responded = false; /* a next request on this connection may follow */
     conn_ctx *cc = *con_cls;
     if (cc) {
         free(cc->body);
@@ -582,7 +751,245 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     }
 }
 
-int srv_http_start(srv_server *s, char *err, size_t errlen) {
+/* ---- accepting --------------------------------------------------------------------- */
+
+/* One thread accepts connections and holds each until its request line is complete (peeking:
+ * the bytes stay in the socket for libmicrohttpd), checks it (ls_http_check_request_line),
+ * then hands the socket to libmicrohttpd or answers 400/414/505 itself. So libmicrohttpd never
+ * sees a malformed first request line, which it would answer with an HTML page or, for a line
+ * without a space ("GARBAGE"), not at all. Waiting connections are in accept order (all have the
+ * same --header-timeout, so the oldest expires first and is shed first when the cap is
+ * reached); answered ones wait (1 s at most) for the client to close before we do. */
+typedef struct pend {
+    struct pend *prev, *next;
+    int fd;
+    bool draining;
+    size_t drained; /* bytes read and dropped while draining */
+    double deadline_ms;
+    socklen_t addrlen;
+    struct sockaddr_storage addr;
+} pend;
+
+typedef struct {
+    pend *head, *tail;
+    int n;
+} pend_list;
+
+static struct {
+    int epfd, listen_fd, cmd[2];
+    pthread_t thread;
+    bool running;
+    pend_list wait, drain; /* only the accept thread touches these */
+    pend *dead;            /* closed during this epoll batch (its events may follow): freed after it */
+    int cap;
+    double paused_until; /* out of file descriptors: accept() again after this */
+} g_acc = {.epfd = -1, .listen_fd = -1, .cmd = {-1, -1}};
+
+static char g_tag_listen, g_tag_cmd; /* epoll tags of the listening socket and the command pipe */
+enum { CMD_QUIESCE = -1, CMD_STOP = -2 };
+
+static void pend_unlink(pend_list *l, pend *p) {
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        l->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        l->tail = p->prev;
+    p->prev = p->next = NULL;
+    l->n--;
+}
+
+static void pend_append(pend_list *l, pend *p) {
+    p->prev = l->tail;
+    p->next = NULL;
+    if (l->tail)
+        l->tail->next = p;
+    else
+        l->head = p;
+    l->tail = p;
+    l->n++;
+}
+
+/* Leaves the lists (and epoll); `close_fd` false when the socket went to libmicrohttpd. */
+static void pend_drop(pend *p, bool close_fd) {
+    pend_unlink(p->draining ? &g_acc.drain : &g_acc.wait, p);
+    epoll_ctl(g_acc.epfd, EPOLL_CTL_DEL, p->fd, NULL);
+    if (close_fd) close(p->fd);
+    p->fd = -1;
+    p->next = g_acc.dead;
+    g_acc.dead = p;
+}
+
+static void pend_close(pend *p) {
+    pend_drop(p, true);
+}
+
+static void free_dead(void) {
+    while (g_acc.dead) {
+        pend *p = g_acc.dead;
+        g_acc.dead = p->next;
+        free(p);
+    }
+}
+
+static void pend_add(int fd, const struct sockaddr *addr, socklen_t addrlen) {
+    if (g_acc.wait.n >= g_acc.cap) pend_close(g_acc.wait.head); /* shed the oldest */
+    pend *p = calloc(1, sizeof *p);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
+    ev.data.ptr = p;
+    if (!p || epoll_ctl(g_acc.epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        free(p);
+        close(fd);
+        return;
+    }
+    p->fd = fd;
+    p->deadline_ms = srv_now_ms() + 1e3 * (g_srv ? g_srv->cfg.header_timeout_s : 10);
+    if (addrlen > sizeof p->addr) addrlen = sizeof p->addr;
+    if (addr && addrlen) memcpy(&p->addr, addr, addrlen);
+    p->addrlen = addrlen;
+    pend_append(&g_acc.wait, p);
+}
+
+static void set_rcvlowat(int fd, int n) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &n, sizeof n);
+}
+
+/* Readable (or closed) waiting connection: look at what came so far. */
+static void pend_step(pend *p, uint32_t events) {
+    if (p->fd < 0) return; /* closed earlier in this batch */
+    if (p->draining) {     /* at most 64 KiB a wake-up, 1 MiB in all: a flood cannot hold this thread */
+        char buf[4096];
+        ssize_t r = 0;
+        for (int i = 0; i < 16 && (r = recv(p->fd, buf, sizeof buf, MSG_DONTWAIT)) > 0; i++) p->drained += (size_t)r;
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || p->drained > (1u << 20))
+            pend_close(p);
+        return;
+    }
+    char buf[2 * LS_HTTP_LINE_MAX + 4]; /* a full buffer always decides (see the check) */
+    ssize_t r = recv(p->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    if (r < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) pend_close(p);
+        return;
+    }
+    bool eof = r == 0 || (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
+    ls_http_problem pr;
+    switch (ls_http_check_request_line(buf, (size_t)r, eof, &pr)) {
+    case LS_HTTP_LINE_MORE: set_rcvlowat(p->fd, (int)r + 1); return; /* wake again when more came */
+    case LS_HTTP_LINE_EMPTY: pend_close(p); return;
+    case LS_HTTP_LINE_OK: {
+        set_rcvlowat(p->fd, 1);
+        int fd = p->fd;
+        pend_drop(p, false);
+        /* on failure (e.g. libmicrohttpd's connection cap) it closes the socket */
+        MHD_add_connection(g_daemon, fd, p->addrlen ? (const struct sockaddr *)&p->addr : NULL, p->addrlen);
+        return;
+    }
+    case LS_HTTP_LINE_BAD:
+        set_rcvlowat(p->fd, 1);
+        answer_raw(g_srv, p->fd, &pr);
+        pend_unlink(&g_acc.wait, p);
+        p->draining = true;
+        p->deadline_ms = srv_now_ms() + 1000;
+        pend_append(&g_acc.drain, p);
+        return;
+    }
+}
+
+static void accept_some(void) {
+    for (int k = 0; k < 64; k++) {
+        struct sockaddr_storage a;
+        socklen_t al = sizeof a;
+        int fd = accept4(g_acc.listen_fd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            pend_add(fd, (struct sockaddr *)&a, al);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            if (g_acc.wait.head) { /* out of descriptors: shed the oldest waiting connection */
+                pend_close(g_acc.wait.head);
+                continue;
+            }
+            epoll_ctl(g_acc.epfd, EPOLL_CTL_DEL, g_acc.listen_fd, NULL);
+            g_acc.paused_until = srv_now_ms() + 100;
+        }
+        return;
+    }
+}
+
+static void *accept_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        free_dead();
+        double now = srv_now_ms();
+        while (g_acc.wait.head && g_acc.wait.head->deadline_ms <= now) pend_close(g_acc.wait.head);
+        while (g_acc.drain.head && g_acc.drain.head->deadline_ms <= now) pend_close(g_acc.drain.head);
+        if (g_acc.paused_until && g_acc.paused_until <= now && g_acc.listen_fd >= 0) {
+            struct epoll_event ev = {.events = EPOLLIN};
+            ev.data.ptr = &g_tag_listen;
+            epoll_ctl(g_acc.epfd, EPOLL_CTL_ADD, g_acc.listen_fd, &ev);
+            g_acc.paused_until = 0;
+        }
+        double next = INFINITY;
+        if (g_acc.wait.head) next = g_acc.wait.head->deadline_ms;
+        if (g_acc.drain.head && g_acc.drain.head->deadline_ms < next) next = g_acc.drain.head->deadline_ms;
+        if (g_acc.paused_until && g_acc.paused_until < next) next = g_acc.paused_until;
+        int timeout = isinf(next) ? -1 : (int)ceil(next - now);
+        struct epoll_event ev[64];
+        int n = epoll_wait(g_acc.epfd, ev, 64, timeout < 0 ? -1 : timeout);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr == &g_tag_listen) {
+                accept_some();
+            } else if (ev[i].data.ptr == &g_tag_cmd) {
+                int cmd;
+                while (read(g_acc.cmd[0], &cmd, sizeof cmd) == (ssize_t)sizeof cmd) {
+                    if (cmd >= 0) { /* a connected socket handed over (srv_http_adopt) */
+                        struct sockaddr_storage a;
+                        socklen_t al = sizeof a;
+                        if (getpeername(cmd, (struct sockaddr *)&a, &al) != 0) al = 0;
+                        pend_add(cmd, (struct sockaddr *)&a, al);
+                    } else if (g_acc.listen_fd >= 0) { /* quiesce or stop: accept no more */
+                        epoll_ctl(g_acc.epfd, EPOLL_CTL_DEL, g_acc.listen_fd, NULL);
+                        close(g_acc.listen_fd);
+                        g_acc.listen_fd = -1;
+                        g_acc.paused_until = 0;
+                    }
+                    if (cmd == CMD_STOP) {
+                        while (g_acc.wait.head) pend_close(g_acc.wait.head);
+                        while (g_acc.drain.head) pend_close(g_acc.drain.head);
+                        free_dead();
+                        return NULL;
+                    }
+                }
+            } else {
+                pend_step(ev[i].data.ptr, ev[i].events);
+            }
+        }
+    }
+}
+
+static int send_cmd(int cmd) {
+    if (g_acc.cmd[1] < 0) return -1;
+    for (;;) {
+        ssize_t w = write(g_acc.cmd[1], &cmd, sizeof cmd);
+        if (w == (ssize_t)sizeof cmd) return 0;
+        if (w < 0 && errno == EINTR) continue;
+        return -1;
+    }
+}
+
+/* Room for the connection cap: raise the soft limit on open files to the hard one. */
+static void raise_nofile(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int listen_on(srv_server *s, char *err, size_t errlen) {
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
@@ -593,19 +1000,55 @@ int srv_http_start(srv_server *s, char *err, size_t errlen) {
         snprintf(err, errlen, "--host must be an IPv4 address, got '%s'", s->cfg.host);
         return -1;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    g_daemon =
-        MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                         (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.header_timeout_s,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(LS_SRV_MAX_CONNECTIONS + 4 * s->cfg.parallel),
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
-    if (!g_daemon) {
-        snprintf(err, errlen, "cannot listen on %s:%d (port in use?)", s->cfg.host, s->cfg.port);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, SOMAXCONN) != 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d (%s)", s->cfg.host, s->cfg.port, strerror(errno));
+        if (fd >= 0) close(fd);
         return -1;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(g_daemon, MHD_DAEMON_INFO_BIND_PORT);
-    g_port = di ? di->port : s->cfg.port;
+    socklen_t al = sizeof addr;
+    g_port = getsockname(fd, (struct sockaddr *)&addr, &al) == 0 ? ntohs(addr.sin_port) : s->cfg.port;
+    g_acc.listen_fd = fd;
     return 0;
+}
+
+int srv_http_start(srv_server *s, char *err, size_t errlen) {
+    g_srv = s;
+    raise_nofile();
+    if (s->cfg.port >= 0 && listen_on(s, err, errlen) != 0) return -1;
+    /* MHD_USE_POLL: connection threads poll() (select() cannot watch descriptors >= 1024) */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
+    unsigned cap = (unsigned)(LS_SRV_MAX_CONNECTIONS + 4 * s->cfg.parallel);
+    g_daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                                MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                                (unsigned)s->cfg.header_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cap,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    g_acc.cap = (int)cap;
+    if (!g_daemon || pipe2(g_acc.cmd, O_CLOEXEC | O_NONBLOCK) != 0 || (g_acc.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        snprintf(err, errlen, "cannot start the HTTP server (%s)", strerror(errno));
+        srv_http_stop(s);
+        return -1;
+    }
+    struct epoll_event ev = {.events = EPOLLIN};
+    ev.data.ptr = &g_tag_cmd;
+    epoll_ctl(g_acc.epfd, EPOLL_CTL_ADD, g_acc.cmd[0], &ev);
+    if (g_acc.listen_fd >= 0) {
+        ev.data.ptr = &g_tag_listen;
+        epoll_ctl(g_acc.epfd, EPOLL_CTL_ADD, g_acc.listen_fd, &ev);
+    }
+    if (pthread_create(&g_acc.thread, NULL, accept_main, NULL) != 0) {
+        snprintf(err, errlen, "cannot start the accept thread");
+        srv_http_stop(s);
+        return -1;
+    }
+    g_acc.running = true;
+    return 0;
+}
+
+int srv_http_adopt(int fd) {
+    return send_cmd(fd);
 }
 
 int srv_http_port(void) {
@@ -614,13 +1057,23 @@ int srv_http_port(void) {
 
 void srv_http_quiesce(srv_server *s) {
     (void)s;
-    if (g_daemon) g_listen_fd = MHD_quiesce_daemon(g_daemon);
+    send_cmd(CMD_QUIESCE);
 }
 
 void srv_http_stop(srv_server *s) {
     (void)s;
+    if (g_acc.running) {
+        send_cmd(CMD_STOP);
+        pthread_join(g_acc.thread, NULL);
+        g_acc.running = false;
+    }
     if (g_daemon) MHD_stop_daemon(g_daemon);
     g_daemon = NULL;
-    if (g_listen_fd != MHD_INVALID_SOCKET) close(g_listen_fd);
-    g_listen_fd = MHD_INVALID_SOCKET;
+    if (g_acc.listen_fd >= 0) close(g_acc.listen_fd);
+    for (int i = 0; i < 2; i++) {
+        if (g_acc.cmd[i] >= 0) close(g_acc.cmd[i]);
+        g_acc.cmd[i] = -1;
+    }
+    if (g_acc.epfd >= 0) close(g_acc.epfd);
+    g_acc.listen_fd = g_acc.epfd = -1;
 }

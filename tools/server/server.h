@@ -15,7 +15,8 @@
 
 typedef struct srv_config {
     const char *model_path, *host, *api_key, *draft_kind, *draft_path, *alias;
-    int port, parallel, n_ctx, n_threads, n_batch, block_size, timeout_s, queue_cap;
+    int port; /* -1: no listening socket (connections come from srv_http_adopt) */
+    int parallel, n_ctx, n_threads, n_batch, block_size, timeout_s, queue_cap;
     int queue_timeout_s;    /* a request still queued after this long gets 503 */
     int header_timeout_s;   /* a connection must deliver its request (headers + body) within this */
     int shutdown_timeout_s; /* SIGTERM/SIGINT: grace for running generations */
@@ -116,6 +117,9 @@ int srv_http_start(srv_server *s, char *err, size_t errlen);
 void srv_http_quiesce(srv_server *s);
 void srv_http_stop(srv_server *s);
 int srv_http_port(void);
+/* Serve a connected socket as if accepted (cfg.port -1 starts the server with no listening
+ * socket; the HTTP fuzz target feeds it socketpairs). Takes the socket; -1 if it could not. */
+int srv_http_adopt(int fd);
 
 int cmd_serve(int argc, char **argv);
 
