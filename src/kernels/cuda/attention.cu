@@ -431,7 +431,7 @@ template <typename KT> part_fn part_kernel(int E, int qn) {
 
 } // namespace
 
-void lsc_attention_init(void) {
+void ls_cuda_attention_init(void) {
     for (int E = 1; E <= 16; E++) {
         const int bytes = (int)part_smem_bytes(32 * E, qr_for(E));
         for (int qn : {QR_SMALL, qr_for(E)}) {
@@ -441,7 +441,7 @@ void lsc_attention_init(void) {
     }
 }
 
-size_t lsc_attention_scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t max_keys) {
+size_t ls_cuda_attention_scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t max_keys) {
     if (max_rows < 1) max_rows = 1;
     if (max_cols < 32) max_cols = 32;
     if (max_keys < 1) max_keys = 1;
@@ -500,7 +500,7 @@ template <typename KT> __global__ void k_attn_small(const Params p_arg) {
     if (lane < hd) out[lane] = __fmul_rn(acc, __frcp_rn(sum));
 }
 
-void lsc_attention_extent(const ls_attn_args *a, int32_t out[4]) {
+void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]) {
     out[0] = a->first_pos;
     out[1] = a->n_slots;
     out[2] = 0;
@@ -511,7 +511,7 @@ void lsc_attention_extent(const ls_attn_args *a, int32_t out[4]) {
     }
 }
 
-void lsc_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes) {
+void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes) {
     if (a->m <= 0) return;
     if (!((a->hd >= 32 && a->hd <= 512 && a->hd % 32 == 0) || (a->hd >= 1 && a->hd < 32)))
         LSC_FATAL("attention: head dim %d unsupported (1..31, or 32..512 a multiple of 32)", (int)a->hd);
@@ -552,7 +552,7 @@ void lsc_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, f
         return;
     }
     int32_t ext[4];
-    lsc_attention_extent(a, ext); /* the host's copy of what dyn holds: grid and scratch layout */
+    ls_cuda_attention_extent(a, ext); /* the host's copy of what dyn holds: grid and scratch layout */
     p.c_first = ext[2];
     p.nch = ext[3];
 

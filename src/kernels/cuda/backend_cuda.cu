@@ -62,7 +62,7 @@ extern "C" {
 
 /* ---- errors -------------------------------------------------------------------------- */
 
-static void lsc_vlog_error(const char *fmt, va_list ap) {
+static void vlog_error(const char *fmt, va_list ap) {
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
     ls_log(LS_LOG_ERROR, "%s", msg);
@@ -70,7 +70,7 @@ static void lsc_vlog_error(const char *fmt, va_list ap) {
     if (ls_log_get_level() > LS_LOG_ERROR) fprintf(stderr, "%s\n", msg);
 }
 
-void lsc_fatal(const char *file, int line, const char *fmt, ...) {
+void ls_cuda_fatal(const char *file, int line, const char *fmt, ...) {
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
@@ -81,9 +81,9 @@ void lsc_fatal(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
-void lsc_check(cudaError_t e, const char *expr, const char *file, int line) {
+void ls_cuda_check(cudaError_t e, const char *expr, const char *file, int line) {
     if (e == cudaSuccess) return;
-    lsc_fatal(file, line, "%s failed: %s (%s)", expr, cudaGetErrorName(e), cudaGetErrorString(e));
+    ls_cuda_fatal(file, line, "%s failed: %s (%s)", expr, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
 namespace {
@@ -92,7 +92,7 @@ void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    lsc_vlog_error(fmt, ap);
+    vlog_error(fmt, ap);
     va_end(ap);
 }
 
@@ -134,7 +134,7 @@ std::once_flag g_init_once;
 void cu_init(void) {
     std::call_once(g_init_once, [] {
         LSC_CHECK(cudaSetDevice(0));
-        lsc_attention_init();
+        ls_cuda_attention_init();
     });
 }
 
@@ -515,12 +515,12 @@ void cu_copy_rows(ls_backend *be, float *dst, int64_t dst_stride, const float *s
                   int64_t rows) {
     uint64_t h = mix_v(0x63726f77ull, dst); /* "crow" */
     h = mix_v(mix_v(mix_v(mix_v(mix_v(h, dst_stride), src), src_stride), width), rows);
-    run_op(impl_of(be), h, [=] { lsc_copy_rows(g_stream, dst, dst_stride, src, src_stride, width, rows); });
+    run_op(impl_of(be), h, [=] { ls_cuda_copy_rows(g_stream, dst, dst_stride, src, src_stride, width, rows); });
 }
 
 void cu_fill(ls_backend *be, float *x, float v, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(0x66696c6cull, x), v), n); /* "fill" */
-    run_op(impl_of(be), h, [=] { lsc_fill(g_stream, x, v, n); });
+    run_op(impl_of(be), h, [=] { ls_cuda_fill(g_stream, x, v, n); });
 }
 
 /* ---- compute ---- */
@@ -582,7 +582,7 @@ void cu_get_rows(ls_backend *be, const ls_weight *table, const int32_t *ids, int
 void cu_rmsnorm(ls_backend *be, float *x, const float *w, int64_t m, int64_t n, float eps) {
     const float *dw = (const float *)dev_ptr(w);
     const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x726d736eull, x), dw), m), n), eps); /* "rmsn" */
-    run_op(impl_of(be), h, [=] { lsc_rmsnorm(g_stream, x, dw, m, n, eps); });
+    run_op(impl_of(be), h, [=] { ls_cuda_rmsnorm(g_stream, x, dw, m, n, eps); });
 }
 
 void cu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
@@ -590,7 +590,7 @@ void cu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t
     uint64_t h = mix_v(mix_v(mix_v(0x726f7065ull, x), m), n_heads); /* "rope" */
     h = mix_v(mix_v(mix_v(mix_v(mix_v(h, hd), n_pairs), pos), theta_base), freq_scale);
     run_op(impl_of(be), h,
-           [=] { lsc_rope_pairs(g_stream, x, m, n_heads, hd, n_pairs, pos, theta_base, freq_scale); });
+           [=] { ls_cuda_rope_pairs(g_stream, x, m, n_heads, hd, n_pairs, pos, theta_base, freq_scale); });
 }
 
 /* The cache extent (first_pos, n_slots, and the chunk range derived from them) is a step
@@ -598,7 +598,7 @@ void cu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t
 void cu_attention(ls_backend *be, const ls_attn_args *a) {
     CudaBackend *c = impl_of(be);
     int32_t ext[4];
-    lsc_attention_extent(a, ext);
+    ls_cuda_attention_extent(a, ext);
     const uint64_t h = mix_v(mix_attn(0x6174746eull, *a), ext[3]); /* "attn" */
     const Slot sl = param_slot(c, sizeof ext);
     memcpy(sl.host, ext, sizeof ext);
@@ -608,57 +608,57 @@ void cu_attention(ls_backend *be, const ls_attn_args *a) {
     const bool rec = c->recording;
     run_op(c, h, [args, sl, scratch, sbytes, rec] {
         if (!rec) upload_slot(sl);
-        lsc_attention(g_stream, &args, (const int32_t *)sl.dev, scratch, sbytes);
+        ls_cuda_attention(g_stream, &args, (const int32_t *)sl.dev, scratch, sbytes);
     });
 }
 
 void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(0x67656c75ull, gate), up), n); /* "gelu" */
-    run_op(impl_of(be), h, [=] { lsc_gelu_mul(g_stream, gate, up, n); });
+    run_op(impl_of(be), h, [=] { ls_cuda_gelu_mul(g_stream, gate, up, n); });
 }
 
 void cu_add(ls_backend *be, float *x, const float *y, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(0x61646420ull, x), y), n); /* "add " */
-    run_op(impl_of(be), h, [=] { lsc_add(g_stream, x, y, n); });
+    run_op(impl_of(be), h, [=] { ls_cuda_add(g_stream, x, y, n); });
 }
 
 void cu_scale(ls_backend *be, float *x, float s, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(0x7363616cull, x), s), n); /* "scal" */
-    run_op(impl_of(be), h, [=] { lsc_scale(g_stream, x, s, n); });
+    run_op(impl_of(be), h, [=] { ls_cuda_scale(g_stream, x, s, n); });
 }
 
 void cu_axpby(ls_backend *be, float *x, const float *y, float a, float b, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x61787062ull, x), y), a), b), n); /* "axpb" */
-    run_op(impl_of(be), h, [=] { lsc_axpby(g_stream, x, y, a, b, n); });
+    run_op(impl_of(be), h, [=] { ls_cuda_axpby(g_stream, x, y, a, b, n); });
 }
 
 void cu_mul_rows(ls_backend *be, float *x, const float *w, float s, int64_t m, int64_t n) {
     if (!w) LSC_FATAL("mul_rows: NULL weight vector");
     const float *dw = (const float *)dev_ptr(w);
     const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x6d726f77ull, x), dw), s), m), n); /* "mrow" */
-    run_op(impl_of(be), h, [=] { lsc_mul_rows(g_stream, x, dw, s, m, n); });
+    run_op(impl_of(be), h, [=] { ls_cuda_mul_rows(g_stream, x, dw, s, m, n); });
 }
 
 void cu_softcap(ls_backend *be, float *x, float cap, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(0x73636170ull, x), cap), n); /* "scap" */
-    run_op(impl_of(be), h, [=] { lsc_softcap(g_stream, x, cap, n); });
+    run_op(impl_of(be), h, [=] { ls_cuda_softcap(g_stream, x, cap, n); });
 }
 
 void cu_kv_store(ls_backend *be, void *dst, bool f32, const float *src, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(mix_v(0x6b763120ull, dst), f32), src), n); /* "kv1 " */
-    run_op(impl_of(be), h, [=] { lsc_kv_store(g_stream, dst, f32, src, n); });
+    run_op(impl_of(be), h, [=] { ls_cuda_kv_store(g_stream, dst, f32, src, n); });
 }
 
 void cu_gather_rows(ls_backend *be, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d) {
     const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x67617468ull, dst), src), rows), cnt), d); /* "gath" */
-    run_op(impl_of(be), h, [=] { lsc_gather_rows(g_stream, dst, src, rows, cnt, d); });
+    run_op(impl_of(be), h, [=] { ls_cuda_gather_rows(g_stream, dst, src, rows, cnt, d); });
 }
 
 void cu_scatter_add(ls_backend *be, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
                     int64_t d) {
     uint64_t h = mix_v(mix_v(mix_v(mix_v(0x73636174ull, acc), y), rows), w); /* "scat" */
     h = mix_v(mix_v(h, cnt), d);
-    run_op(impl_of(be), h, [=] { lsc_scatter_add(g_stream, acc, y, rows, w, cnt, d); });
+    run_op(impl_of(be), h, [=] { ls_cuda_scatter_add(g_stream, acc, y, rows, w, cnt, d); });
 }
 
 /* ---- fused ops (backend.h; kernels in rowwise.cu) ---- */
@@ -667,7 +667,7 @@ void cu_rmsnorm_to(ls_backend *be, float *dst, const float *src, const float *w,
     const float *dw = (const float *)dev_ptr(w);
     uint64_t h = mix_v(mix_v(mix_v(0x726d7374ull, dst), src), dw); /* "rmst" */
     h = mix_v(mix_v(mix_v(h, m), n), eps);
-    run_op(impl_of(be), h, [=] { lsc_rmsnorm_to(g_stream, dst, src, dw, m, n, eps); });
+    run_op(impl_of(be), h, [=] { ls_cuda_rmsnorm_to(g_stream, dst, src, dw, m, n, eps); });
 }
 
 void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, float s, float *xn, const float *w_pre,
@@ -675,7 +675,7 @@ void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, flo
     const float *dpost = (const float *)dev_ptr(w_post), *dpre = (const float *)dev_ptr(w_pre);
     uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x61726d73ull, x), t), dpost), s), xn); /* "arms" */
     h = mix_v(mix_v(mix_v(mix_v(h, dpre), m), n), eps);
-    run_op(impl_of(be), h, [=] { lsc_add_rmsnorm(g_stream, x, t, dpost, s, xn, dpre, m, n, eps); });
+    run_op(impl_of(be), h, [=] { ls_cuda_add_rmsnorm(g_stream, x, t, dpost, s, xn, dpre, m, n, eps); });
 }
 
 void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
@@ -684,7 +684,7 @@ void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n
     uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x6e726f70ull, x), dw), m), n_heads), hd); /* "nrop" */
     h = mix_v(mix_v(mix_v(mix_v(mix_v(h, eps), n_pairs), pos), theta_base), freq_scale);
     run_op(impl_of(be), h,
-           [=] { lsc_norm_rope(g_stream, x, dw, m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale); });
+           [=] { ls_cuda_norm_rope(g_stream, x, dw, m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale); });
 }
 
 /* The destination slots move every step: they are step parameters, not in the signature. */
@@ -697,7 +697,7 @@ void cu_kv_store2(ls_backend *be, void *dk, void *dv, bool f32, const float *k, 
     const bool rec = c->recording;
     run_op(c, h, [sl, f32, k, v, n, rec] {
         if (!rec) upload_slot(sl);
-        lsc_kv_store2(g_stream, (void *const *)sl.dev, f32, k, v, n);
+        ls_cuda_kv_store2(g_stream, (void *const *)sl.dev, f32, k, v, n);
     });
 }
 
@@ -866,7 +866,7 @@ ls_backend *cu_create(const ls_backend_params *p) {
     q.forbid_capture("create");
     if (g_stream_users++ == 0) LSC_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     LSC_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
-    c->attn_bytes = lsc_attention_scratch_bytes(p->max_rows, p->max_cols, p->max_keys);
+    c->attn_bytes = ls_cuda_attention_scratch_bytes(p->max_rows, p->max_cols, p->max_keys);
     c->staging = (char *)create_alloc(kStagingBytes, "copy staging buffer");
     c->attn_scratch = c->staging ? (float *)create_alloc(c->attn_bytes, "attention scratch") : nullptr;
     /* rows beyond max_rows run in several passes (mmq.cu), so one row's worth suffices */

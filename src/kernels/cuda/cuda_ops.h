@@ -18,58 +18,59 @@
 
 /* Aborts with the CUDA error's name and text, the failing expression and its place, after
  * logging them (core/log.h). Never returns when e != cudaSuccess. */
-void lsc_check(cudaError_t e, const char *expr, const char *file, int line);
-#define LSC_CHECK(call)    lsc_check((call), #call, __FILE__, __LINE__)
+void ls_cuda_check(cudaError_t e, const char *expr, const char *file, int line);
+#define LSC_CHECK(call)    ls_cuda_check((call), #call, __FILE__, __LINE__)
 /* After a kernel launch: a bad configuration shows up here (not sticky, so it is ours). */
-#define LSC_CHECK_LAUNCH() lsc_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+#define LSC_CHECK_LAUNCH() ls_cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 /* Logs "cuda: <msg>" and aborts: programming errors (contract violations) only. */
-[[noreturn]] void lsc_fatal(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-#define LSC_FATAL(...) lsc_fatal(__FILE__, __LINE__, __VA_ARGS__)
+[[noreturn]] void ls_cuda_fatal(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define LSC_FATAL(...) ls_cuda_fatal(__FILE__, __LINE__, __VA_ARGS__)
 #define LSC_REQUIRE(cond)                                                                                              \
     do {                                                                                                               \
-        if (!(cond)) lsc_fatal(__FILE__, __LINE__, "requirement failed: %s", #cond);                                   \
+        if (!(cond)) ls_cuda_fatal(__FILE__, __LINE__, "requirement failed: %s", #cond);                               \
     } while (0)
 
 /* ---- rowwise.cu (semantics: backend.h, bit-compatible formulas: backend_cpu.c) ---- */
-void lsc_fill(cudaStream_t st, float *x, float v, int64_t n);
-void lsc_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
-                   int64_t rows);
-void lsc_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps);
-void lsc_rope_pairs(cudaStream_t st, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
-                    const int32_t *pos, float theta_base, float freq_scale);
+void ls_cuda_fill(cudaStream_t st, float *x, float v, int64_t n);
+void ls_cuda_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const float *src, int64_t src_stride,
+                       int64_t width, int64_t rows);
+void ls_cuda_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps);
+void ls_cuda_rope_pairs(cudaStream_t st, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
+                        const int32_t *pos, float theta_base, float freq_scale);
 /* Fused ops (backend.h): bit-identical to their unfused sequences of the launchers here. */
-void lsc_rmsnorm_to(cudaStream_t st, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps);
-void lsc_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
-                     const float *w_pre, int64_t m, int64_t n, float eps);
-void lsc_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
-                   int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale);
+void ls_cuda_rmsnorm_to(cudaStream_t st, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps);
+void ls_cuda_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
+                         const float *w_pre, int64_t m, int64_t n, float eps);
+void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
+                       int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale);
 /* dst (device) holds the two destination addresses {dk, dv} when the kernel runs (a step
  * parameter: the cache slot moves every step, the replayed graph does not). */
-void lsc_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n);
-void lsc_gelu_mul(cudaStream_t st, float *gate, const float *up, int64_t n);
-void lsc_add(cudaStream_t st, float *x, const float *y, int64_t n);
-void lsc_scale(cudaStream_t st, float *x, float s, int64_t n);
-void lsc_axpby(cudaStream_t st, float *x, const float *y, float a, float b, int64_t n);
-void lsc_mul_rows(cudaStream_t st, float *x, const float *w, float s, int64_t m, int64_t n);
-void lsc_softcap(cudaStream_t st, float *x, float cap, int64_t n);
-void lsc_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, int64_t n);
-void lsc_gather_rows(cudaStream_t st, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d);
-void lsc_scatter_add(cudaStream_t st, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
-                     int64_t d);
+void ls_cuda_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n);
+void ls_cuda_gelu_mul(cudaStream_t st, float *gate, const float *up, int64_t n);
+void ls_cuda_add(cudaStream_t st, float *x, const float *y, int64_t n);
+void ls_cuda_scale(cudaStream_t st, float *x, float s, int64_t n);
+void ls_cuda_axpby(cudaStream_t st, float *x, const float *y, float a, float b, int64_t n);
+void ls_cuda_mul_rows(cudaStream_t st, float *x, const float *w, float s, int64_t m, int64_t n);
+void ls_cuda_softcap(cudaStream_t st, float *x, float cap, int64_t n);
+void ls_cuda_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, int64_t n);
+void ls_cuda_gather_rows(cudaStream_t st, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d);
+void ls_cuda_scatter_add(cudaStream_t st, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
+                         int64_t d);
 
 /* ---- attention.cu ---- */
 /* Once per process, before any capture: raises the attention kernel's shared-memory limit. */
-void lsc_attention_init(void);
+void ls_cuda_attention_init(void);
 /* Scratch (bytes) that lets one call handle at least one row of any attention whose query
  * width n_head * hd <= max_cols and whose filled slots <= max_keys; more rows per launch
  * when there is room (rows are processed in groups; a row's bits never depend on it). */
-size_t lsc_attention_scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t max_keys);
-/* The cache extent of a call, {first_pos, n_slots, c_first, nch}: what lsc_attention's
+size_t ls_cuda_attention_scratch_bytes(int64_t max_rows, int64_t max_cols, int64_t max_keys);
+/* The cache extent of a call, {first_pos, n_slots, c_first, nch}: what ls_cuda_attention's
  * `dyn` must hold (the launch shape depends on nch, the arithmetic on none of it). */
-void lsc_attention_extent(const ls_attn_args *a, int32_t out[4]);
+void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]);
 /* a's pointers are device memory; scratch holds scratch_bytes (device); dyn (device) holds
- * lsc_attention_extent(a) when the kernels run: they read the extent from there, so a
+ * ls_cuda_attention_extent(a) when the kernels run: they read the extent from there, so a
  * replayed graph attends over the cache as it is at replay time. */
-void lsc_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes);
+void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch,
+                       size_t scratch_bytes);
 
 #endif

@@ -31,7 +31,7 @@
 
 #include "kernels/backend.h"
 
-namespace lsq {
+namespace ls::q {
 
 /* ---- the per-launch weight description (passed by value to kernels) ---- */
 struct Ctx {
@@ -707,6 +707,6 @@ struct TMlx {
  * 100 + bits for MLX affine), -1 if unsupported (matmul.cu). */
 int mm_prepare(const ls_weight *w, Ctx &c);
 
-} // namespace lsq
+} // namespace ls::q
 
 #endif

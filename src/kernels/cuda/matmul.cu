@@ -44,7 +44,7 @@
 
 namespace {
 
-using namespace lsq;
+using namespace ls::q;
 
 #ifndef LS_MM_MINB
 #define LS_MM_MINB 3
@@ -344,7 +344,7 @@ int launch_gr(cudaStream_t st, const Ctx &c, const int32_t *ids, int64_t n, floa
 
 /* Validates w and fills c; returns the dispatch key (type, or 100 + bits for MLX), -1 if
  * unsupported. */
-int lsq::mm_prepare(const ls_weight *w, Ctx &c) {
+int ls::q::mm_prepare(const ls_weight *w, Ctx &c) {
     if (!w || !w->data || w->rows <= 0 || w->cols <= 0 || w->cols > 0x3fffffff) return -1;
     const uintptr_t d = (uintptr_t)w->data;
     c = Ctx{};
@@ -392,14 +392,14 @@ int lsq::mm_prepare(const ls_weight *w, Ctx &c) {
 
 extern "C" int ls_cuda_matmul_supported(const ls_weight *w) {
     Ctx c;
-    return lsq::mm_prepare(w, c) >= 0;
+    return ls::q::mm_prepare(w, c) >= 0;
 }
 
 extern "C" int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
                               size_t scratch_bytes) {
     if (ls_cuda_mmq_key(w) >= 0) return ls_cuda_mmq(st, w, x, m, y, scratch, scratch_bytes);
     Ctx c;
-    const int key = lsq::mm_prepare(w, c);
+    const int key = ls::q::mm_prepare(w, c);
     if (key < 0 || m < 0 || (m > 0 && (!x || !y)) || ((uintptr_t)x % 4) != 0) return -1;
     if (m == 0) return 0;
     switch (key) {
@@ -426,7 +426,7 @@ extern "C" int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *
 
 extern "C" int ls_cuda_get_rows(cudaStream_t st, const ls_weight *w, const int32_t *ids, int64_t n, float *dst) {
     Ctx c;
-    const int key = lsq::mm_prepare(w, c);
+    const int key = ls::q::mm_prepare(w, c);
     if (key < 0 || n < 0 || (n > 0 && (!ids || !dst))) return -1;
     if (n == 0) return 0;
     switch (key) {

@@ -51,7 +51,7 @@
 
 namespace {
 
-using namespace lsq;
+using namespace ls::q;
 
 constexpr int QB = 32;             /* activation block */
 constexpr int WR = 4;              /* weight rows per warp */
@@ -550,7 +550,7 @@ int launch(cudaStream_t st, Ctx c, const float *x, int64_t M, float *y, void *sc
  * of 32-element blocks and the layout allows the loads; a property of the weight alone. */
 extern "C" int ls_cuda_mmq_key(const ls_weight *w) {
     Ctx c;
-    const int key = lsq::mm_prepare(w, c);
+    const int key = ls::q::mm_prepare(w, c);
     if (key < 0 || w->cols % QB != 0) return -1;
     switch (key) {
     case 104:
@@ -571,7 +571,7 @@ extern "C" int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, 
                            size_t scratch_bytes) {
     Ctx c;
     const int key = ls_cuda_mmq_key(w);
-    if (key < 0 || lsq::mm_prepare(w, c) < 0 || m < 0 || (m > 0 && (!x || !y)) || ((uintptr_t)x % 4) != 0)
+    if (key < 0 || ls::q::mm_prepare(w, c) < 0 || m < 0 || (m > 0 && (!x || !y)) || ((uintptr_t)x % 4) != 0)
         return -1;
     if (m == 0) return 0;
     if (!scratch || (uintptr_t)scratch % 16 != 0) return -1;

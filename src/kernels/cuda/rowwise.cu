@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 /* norm_rope, one 256-thread block per (row, head) (blockIdx.x = row * n_heads + head, the
  * row index k_rmsnorm gets for m * n_heads rows of hd): the head is normed as k_rmsnorm does
- * into shared memory, then rotated as k_rope_pairs does. hd <= kMaxHd (lsc_rope_pairs' limit:
+ * into shared memory, then rotated as k_rope_pairs does. hd <= kMaxHd (ls_cuda_rope_pairs' limit:
  * hd / 2 <= 512, hd even). */
 constexpr int kMaxHd = 1024;
 
@@ -315,13 +315,13 @@ __global__ void k_copy2_u32(void *const *dst, const uint32_t *k, const uint32_t 
 
 } // namespace
 
-void lsc_fill(cudaStream_t st, float *x, float v, int64_t n) {
+void ls_cuda_fill(cudaStream_t st, float *x, float v, int64_t n) {
     if (n <= 0) return;
     k_fill<<<elt_blocks(n), kThreads, 0, st>>>(x, v, n);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
+void ls_cuda_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
                    int64_t rows) {
     if (rows <= 0 || width <= 0) return;
     k_copy_rows<<<dim3(x_blocks(width), y_blocks(rows)), kThreads, 0, st>>>(dst, dst_stride, src, src_stride, width,
@@ -329,21 +329,21 @@ void lsc_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const float 
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps) {
+void ls_cuda_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
     k_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(x, x, w, n, eps);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_rmsnorm_to(cudaStream_t st, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps) {
+void ls_cuda_rmsnorm_to(cudaStream_t st, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
     k_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(dst, src, w, n, eps);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
+void ls_cuda_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
                      const float *w_pre, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
@@ -351,18 +351,18 @@ void lsc_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_p
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
+void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
                    int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
     if (m <= 0 || n_heads <= 0 || hd <= 0) return;
     /* no rotated pair: the rope op is a no-op, the sequence is the norm alone */
-    if (n_pairs <= 0) return lsc_rmsnorm(st, x, w, m * n_heads, hd, eps);
+    if (n_pairs <= 0) return ls_cuda_rmsnorm(st, x, w, m * n_heads, hd, eps);
     LSC_REQUIRE(hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 && m * n_heads <= INT32_MAX);
     k_norm_rope<<<(unsigned)(m * n_heads), kThreads, 0, st>>>(x, w, n_heads, hd, eps, n_pairs, pos, theta_base,
                                                                freq_scale);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_rope_pairs(cudaStream_t st, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
+void ls_cuda_rope_pairs(cudaStream_t st, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
                     const int32_t *pos, float theta_base, float freq_scale) {
     if (m <= 0 || n_heads <= 0 || n_pairs <= 0) return;
     LSC_REQUIRE(hd > 0 && hd % 2 == 0 && hd / 2 <= 512 && n_pairs <= hd / 2 && m <= INT32_MAX);
@@ -370,43 +370,43 @@ void lsc_rope_pairs(cudaStream_t st, float *x, int64_t m, int32_t n_heads, int32
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_gelu_mul(cudaStream_t st, float *gate, const float *up, int64_t n) {
+void ls_cuda_gelu_mul(cudaStream_t st, float *gate, const float *up, int64_t n) {
     if (n <= 0) return;
     k_gelu_mul<<<elt_blocks(n), kThreads, 0, st>>>(gate, up, n);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_add(cudaStream_t st, float *x, const float *y, int64_t n) {
+void ls_cuda_add(cudaStream_t st, float *x, const float *y, int64_t n) {
     if (n <= 0) return;
     k_add<<<elt_blocks(n), kThreads, 0, st>>>(x, y, n);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_scale(cudaStream_t st, float *x, float s, int64_t n) {
+void ls_cuda_scale(cudaStream_t st, float *x, float s, int64_t n) {
     if (n <= 0) return;
     k_scale<<<elt_blocks(n), kThreads, 0, st>>>(x, s, n);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_axpby(cudaStream_t st, float *x, const float *y, float a, float b, int64_t n) {
+void ls_cuda_axpby(cudaStream_t st, float *x, const float *y, float a, float b, int64_t n) {
     if (n <= 0) return;
     k_axpby<<<elt_blocks(n), kThreads, 0, st>>>(x, y, a, b, n);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_mul_rows(cudaStream_t st, float *x, const float *w, float s, int64_t m, int64_t n) {
+void ls_cuda_mul_rows(cudaStream_t st, float *x, const float *w, float s, int64_t m, int64_t n) {
     if (m <= 0 || n <= 0) return;
     k_mul_rows<<<dim3(x_blocks(n), y_blocks(m)), kThreads, 0, st>>>(x, w, s, m, n);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_softcap(cudaStream_t st, float *x, float cap, int64_t n) {
+void ls_cuda_softcap(cudaStream_t st, float *x, float cap, int64_t n) {
     if (n <= 0) return;
     k_softcap<<<elt_blocks(n), kThreads, 0, st>>>(x, cap, n);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, int64_t n) {
+void ls_cuda_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, int64_t n) {
     if (n <= 0) return;
     if (f32) {
         LSC_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st));
@@ -416,7 +416,7 @@ void lsc_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, int64_
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n) {
+void ls_cuda_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n) {
     if (n <= 0) return;
     if (f32)
         k_copy2_u32<<<elt_blocks(n), kThreads, 0, st>>>(dst, (const uint32_t *)k, (const uint32_t *)v, n);
@@ -425,13 +425,13 @@ void lsc_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, 
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_gather_rows(cudaStream_t st, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d) {
+void ls_cuda_gather_rows(cudaStream_t st, float *dst, const float *src, const int32_t *rows, int64_t cnt, int64_t d) {
     if (cnt <= 0 || d <= 0) return;
     k_gather_rows<<<dim3(x_blocks(d), y_blocks(cnt)), kThreads, 0, st>>>(dst, src, rows, cnt, d);
     LSC_CHECK_LAUNCH();
 }
 
-void lsc_scatter_add(cudaStream_t st, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
+void ls_cuda_scatter_add(cudaStream_t st, float *acc, const float *y, const int32_t *rows, const float *w, int64_t cnt,
                      int64_t d) {
     if (cnt <= 0 || d <= 0) return;
     k_scatter_add<<<dim3(x_blocks(d), y_blocks(cnt)), kThreads, 0, st>>>(acc, y, rows, w, cnt, d);
