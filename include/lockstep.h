@@ -28,6 +28,9 @@ typedef struct ls_session ls_session;
 
 /* ---- model ---------------------------------------------------------------------- */
 
+/* A GGUF file or a Hugging Face / MLX checkpoint directory. LS_ERR_NOMEM when memory runs
+ * out while loading (the loader's tables and weight copies), LS_ERR for anything it cannot
+ * use (err names it). */
 int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen);
 void ls_model_close(ls_model *m);
 
@@ -163,7 +166,10 @@ typedef struct {
 ls_sampling ls_sampling_default(void);
 
 /* Choose the token for absolute position `pos` from one logits row. history = the tokens at
- * positions [0, pos) (prompt + generated). Pure function: same inputs, same token. */
+ * positions [0, pos) (prompt + generated). Pure function: same inputs, same token. Returns
+ * the token id, or LS_ERR_NOMEM when its scratch (about 20 bytes per vocabulary entry) cannot
+ * be allocated: sampling never falls back to something else. (ls_generate and the drafters
+ * use scratch allocated with the session or drafter and do not allocate per token.) */
 int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos);
 
 /* ---- drafters (speculative decoding) ---------------------------------------------- */
@@ -202,15 +208,13 @@ typedef enum {
 typedef struct {
     int32_t block_size; /* K, 2..16 */
     int32_t n_threads;  /* 0 = all cores */
-    bool trace;         /* always localize and log per-layer results */
-    /* Test-only fault injection into the verify-block path: perturb sub-op fault_stage
-     * ("attention", "mlp", "layer-output", "final-norm", "lm-head") of layer fault_layer. */
-    const char *fault_stage; /* NULL = off */
-    int32_t fault_layer;
+    bool trace;         /* always localize and log per-layer results (also: LS_TESTCTL_PROBE_TRACE) */
 } ls_probe_params;
-/* Returns 1 if verify blocks are byte-identical to the single-token chain, 0 if not (msg
- * says where they first diverge), < 0 if the probe could not run (err says why). */
-int ls_probe(ls_model *m, const ls_probe_params *p, char *msg, size_t msglen, char *err, size_t errlen);
+/* Runs the probe (a fault set with LS_TESTCTL_FAULT_PROBE applies). Returns LS_OK when it
+ * ran, with *passed = whether verify blocks are byte-identical to the single-token chain and
+ * msg the verdict (where they first diverge, if not); a negative code if it could not run
+ * (err says why). */
+int ls_probe(ls_model *m, const ls_probe_params *p, bool *passed, char *msg, size_t msglen, char *err, size_t errlen);
 
 /* ---- generation ----------------------------------------------------------------- */
 
@@ -268,6 +272,51 @@ typedef bool (*ls_text_cb)(const char *text, size_t len, void *ud);
 
 int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp, ls_text_cb cb,
                 void *ud, ls_gen_stats *stats, char *err, size_t errlen);
+
+/* ---- settings, debug switches and fault injection ------------------------------------ */
+
+/* The library reads no environment variable and writes no file on its own initiative: the
+ * front ends (the CLI and the server) map their options and the documented LOCKSTEP_*
+ * variables onto these process-wide switches (docs/settings.md). One entry in the spirit of
+ * SQLite's sqlite3_test_control: an operation code, then that operation's arguments.
+ * Returns LS_OK, or LS_ERR_ARG (unknown op, bad argument) / LS_ERR (too late, see the op).
+ * Set them at start-up, before the models and sessions they concern exist; they are not
+ * meant to be flipped while other threads generate. */
+enum {
+    /* (int on): CUDA backend instances created from now on capture each forward step as a
+     * CUDA graph and replay it (1, the default), or launch every op directly (0). Same bytes
+     * either way (a debugging switch). */
+    LS_TESTCTL_CUDA_GRAPHS = 1,
+    /* (const char *isa): CPU kernels: "auto" (the best this CPU runs, the default) or
+     * "scalar" (the reference kernels everywhere: same bits, slower; rules out a SIMD bug).
+     * The choice is made once per process, at the first use of a CPU kernel: changing it
+     * afterwards fails with LS_ERR. */
+    LS_TESTCTL_ISA = 2,
+    /* (int on): every exactness probe localizes and logs per-layer results (as
+     * ls_probe_params.trace does for one call). */
+    LS_TESTCTL_PROBE_TRACE = 3,
+    /* (const char *dir): folder where passing probe verdicts are remembered across processes
+     * (one small file per model file, build, device, drafter, K and thread count; failures
+     * are never remembered). NULL or "" (the default): nowhere, every process probes again.
+     * The folder is created when the first verdict is written. */
+    LS_TESTCTL_PROBE_MEMO_DIR = 4,
+    /* (int layer, const char *stage): fault injection: every exactness probe from now on
+     * perturbs sub-op `stage` ("attention", "mlp", "layer-output", "final-norm", "lm-head";
+     * the last two ignore layer) of `layer` in its verify blocks, so it must fail and name
+     * that layer and sub-op. stage NULL turns it off. Either way the verdicts memoized in
+     * this process are forgotten. */
+    LS_TESTCTL_FAULT_PROBE = 5,
+    /* (const char *site, int count): fault injection: the next `count` allocations at `site`
+     * fail as if memory ran out; count 0 disarms it. Sites: "sampler" (the sampling scratch of
+     * a session, a drafter or one ls_sample call), "model" (the loader's tables and weight
+     * copies in ls_model_open). */
+    LS_TESTCTL_FAULT_ALLOC = 6,
+    /* (char *buf, size_t cap): the effective settings as one line of key=value pairs, e.g.
+     * "isa=avx2 cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off"
+     * (naming the ISA makes the choice: set LS_TESTCTL_ISA before). */
+    LS_TESTCTL_DESCRIBE = 7,
+};
+int ls_test_control(int op, ...);
 
 /* ---- misc ----------------------------------------------------------------------- */
 const char *ls_version(void);

@@ -297,8 +297,9 @@ static void invariance(const char *fx) {
     char msg[512], err[512];
     for (int k = 2; k <= 8; k++) {
         ls_probe_params pp = {.block_size = k, .n_threads = 2};
-        int rc = ls_probe(m, &pp, msg, sizeof msg, err, sizeof err);
-        if (rc != 1) fail_msg("%s: probe K=%d: %s%s", fx, k, rc < 0 ? err : "", rc < 0 ? "" : msg);
+        bool passed = false;
+        int rc = ls_probe(m, &pp, &passed, msg, sizeof msg, err, sizeof err);
+        if (rc != LS_OK || !passed) fail_msg("%s: probe K=%d: %s", fx, k, rc != LS_OK ? err : msg);
     }
     ls_model_close(m);
 }

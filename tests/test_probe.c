@@ -93,13 +93,13 @@ static void test_probe_passes(void **state) {
     assert_int_equal(ls_probe_run(g_model, &opt, &r, err, sizeof err), LS_OK);
     assert_true(r.passed);
     ls_probe_params pp = {.block_size = 3, .n_threads = 1};
-    assert_int_equal(ls_probe(g_model, &pp, msg, sizeof msg, err, sizeof err), 1);
+    bool passed = false;
+    assert_int_equal(ls_probe(g_model, &pp, &passed, msg, sizeof msg, err, sizeof err), LS_OK);
+    assert_true(passed);
     pp.block_size = 1;
-    assert_true(ls_probe(g_model, &pp, msg, sizeof msg, err, sizeof err) < 0);
-    pp.block_size = 4;
-    pp.fault_stage = "softmax";
-    assert_true(ls_probe(g_model, &pp, msg, sizeof msg, err, sizeof err) < 0);
-    assert_non_null(strstr(err, "softmax"));
+    assert_int_equal(ls_probe(g_model, &pp, &passed, msg, sizeof msg, err, sizeof err), LS_ERR_ARG);
+    /* fault stages are checked by name when the fault is set */
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, 1, "softmax"), LS_ERR_ARG);
 }
 
 /* ---- (b) fault injection: the probe names the faulted layer, kind and sub-op ----------------- */
@@ -111,15 +111,13 @@ typedef struct {
 } fault_case;
 
 static void check_fault(const fault_case *fc, bool trace) {
-    ls_probe_options opt = {.block_size = fc->k,
-                            .n_threads = 1,
-                            .trace = trace,
-                            .fault_on = true,
-                            .fault_layer = fc->layer,
-                            .fault_stage = fc->stage};
+    ls_probe_options opt = {.block_size = fc->k, .n_threads = 1, .trace = trace};
     ls_probe_result r;
     char err[256];
-    assert_int_equal(ls_probe_run(g_model, &opt, &r, err, sizeof err), LS_OK);
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, fc->layer, ls_stage_name(fc->stage)), LS_OK);
+    int rc = ls_probe_run(g_model, &opt, &r, err, sizeof err);
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, 0, NULL), LS_OK);
+    assert_int_equal(rc, LS_OK);
     const char *kind = fc->layer < 0 ? "output" : fc->layer == FULL_LAYER ? "full" : "sliding";
     if (r.passed || !r.localized || r.layer != fc->layer || r.stage != fc->stage)
         fail_msg("fault at layer %d %s (K=%d): %s", fc->layer, ls_stage_name(fc->stage), fc->k, r.message);
@@ -180,20 +178,31 @@ static void test_fault_trace(void **state) {
     assert_non_null(strstr(g_log, "probe trace: layer 5 (full):"));
 }
 
-/* The public entry point parses stage names and maps the final stages to layer -1. */
+/* The test-control entry parses stage names and maps the final stages to layer -1; the
+ * public probe reports a faulted run as ran-and-failed (LS_OK, passed false). */
 static void test_fault_public_entry(void **state) {
     (void)state;
-    char msg[512], err[256];
-    ls_probe_params pp = {.block_size = 4, .n_threads = 1, .fault_stage = "attention", .fault_layer = FULL_LAYER};
-    assert_int_equal(ls_probe(g_model, &pp, msg, sizeof msg, err, sizeof err), 0);
+    char msg[512], err[256], set[512];
+    bool passed = true;
+    ls_probe_params pp = {.block_size = 4, .n_threads = 1};
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, FULL_LAYER, "attention"), LS_OK);
+    assert_int_equal(ls_test_control(LS_TESTCTL_DESCRIBE, set, sizeof set), LS_OK);
+    assert_non_null(strstr(set, "fault_probe=5:attention"));
+    assert_int_equal(ls_probe(g_model, &pp, &passed, msg, sizeof msg, err, sizeof err), LS_OK);
+    assert_false(passed);
     assert_non_null(strstr(msg, "first divergence: layer 5 (full) attention at position"));
-    pp.fault_stage = "lm-head";
-    pp.fault_layer = 3; /* ignored for the final stages */
-    assert_int_equal(ls_probe(g_model, &pp, msg, sizeof msg, err, sizeof err), 0);
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, 3, "lm-head"), LS_OK); /* layer ignored */
+    assert_int_equal(ls_probe(g_model, &pp, &passed, msg, sizeof msg, err, sizeof err), LS_OK);
+    assert_false(passed);
     assert_non_null(strstr(msg, "lm-head at position"));
-    pp.fault_stage = "mlp";
-    pp.fault_layer = N_LAYER;
-    assert_true(ls_probe(g_model, &pp, msg, sizeof msg, err, sizeof err) < 0);
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, N_LAYER, "mlp"), LS_OK);
+    assert_int_equal(ls_probe(g_model, &pp, &passed, msg, sizeof msg, err, sizeof err), LS_ERR_ARG);
+    assert_non_null(strstr(err, "fault layer"));
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, 0, NULL), LS_OK);
+    assert_int_equal(ls_test_control(LS_TESTCTL_DESCRIBE, set, sizeof set), LS_OK);
+    assert_non_null(strstr(set, "fault_probe=off"));
+    assert_int_equal(ls_probe(g_model, &pp, &passed, msg, sizeof msg, err, sizeof err), LS_OK);
+    assert_true(passed);
 }
 
 /* ---- (c) generation declines speculation when the probe fails --------------------------------- */
@@ -246,7 +255,7 @@ static void test_decline_path(void **state) {
     assert_false(st.speculative);
 
     /* A failing probe: classic decoding serves the request, and says why. */
-    ls_probe_set_test_fault(true, 1, LS_STAGE_ATTENTION);
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, 1, "attention"), LS_OK);
     log_capture_begin(LS_LOG_WARN);
     run(s, prompt, d, false, &out, &st);
     log_capture_end();
@@ -269,7 +278,7 @@ static void test_decline_path(void **state) {
     assert_non_null(strstr(g_log, "FAILED"));
 
     /* Reset: the memoized failure is forgotten and the probe passes again. */
-    ls_probe_set_test_fault(false, 0, LS_STAGE_ATTENTION);
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, 0, NULL), LS_OK);
     run(s, prompt, d, false, &out, &st);
     assert_true(st.speculative);
     assert_null(st.spec_declined);

@@ -3,12 +3,14 @@
  * prefix it shares with the history and the missing tokens are prefilled; each draft token
  * is then chosen by the same sampler the target uses (same seed, same absolute position),
  * which raises acceptance at temperature > 0 without affecting exactness: the target's own
- * choice decides every emitted token. */
+ * choice decides every emitted token. The sampler's scratch is the draft session's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "decode/drafter.h"
+#include "decode/sampler.h"
+#include "model/session.h"
 
 typedef struct {
     ls_session *s;
@@ -48,7 +50,7 @@ static int32_t model_propose(ls_drafter *d, ls_session *target, const int32_t *h
     int32_t *h = mi->seen; /* seen[0..n) == hist[0..n) now */
     for (;;) {
         int32_t pos = n + cnt;
-        int32_t tok = ls_sample(&g, mi->logits, mi->n_vocab, h, pos);
+        int32_t tok = ls_sampler_sample(&mi->s->sampler, &g, mi->logits, h, pos);
         out[cnt++] = tok;
         h[pos] = tok;
         if (cnt == max) break;

@@ -20,6 +20,7 @@
 #include "decode/rng.h"
 #include "decode/sampler.h"
 #include "lockstep.h"
+#include "model/session.h"
 
 ls_gen_params ls_gen_default_params(void) {
     ls_gen_params p = {.n_predict = 256, .sampling = ls_sampling_default(), .block_size = 4, .adaptive = true};
@@ -97,7 +98,7 @@ static int prefill(gen_state *g, const int32_t *tokens, int32_t n, float *logits
 
 static int classic_loop(gen_state *g, float *logits, int32_t pos, char *err, size_t errlen) {
     for (;;) {
-        int32_t tok = ls_sample(&g->gp->sampling, logits, g->n_vocab, g->hist, pos);
+        int32_t tok = ls_sampler_sample(&g->s->sampler, &g->gp->sampling, logits, g->hist, pos);
         if (!emit(g, pos, tok) || cancelled(g)) return LS_OK;
         int rc = eval(g, &tok, 1, 0, logits, err, errlen);
         if (rc != LS_OK) return rc;
@@ -110,18 +111,17 @@ static int classic_loop(gen_state *g, float *logits, int32_t pos, char *err, siz
  * Rejection mode: accept d with probability p(d), else draw from p without d. */
 static int32_t choose(gen_state *g, const float *row, int32_t pos, int32_t draft) {
     const ls_sampling *sp = &g->gp->sampling;
+    ls_sampler *sm = &g->s->sampler;
     if (g->gp->spec_sampling == LS_SPEC_EXACT || draft < 0 || sp->temperature <= 0)
-        return ls_sample(sp, row, g->n_vocab, g->hist, pos);
-    ls_cand *c;
+        return ls_sampler_sample(sm, sp, row, g->hist, pos);
+    const ls_cand *c;
     int32_t greedy;
-    int32_t n = ls_sample_dist(sp, row, g->n_vocab, g->hist, pos, &c, &greedy);
+    int32_t n = ls_sampler_dist(sm, sp, row, g->hist, pos, &c, &greedy);
     if (n == 0) return greedy;
     float pd = 0;
     for (int32_t i = 0; i < n; i++)
         if (c[i].id == draft) pd = c[i].p;
-    int32_t tok = ls_uniform(sp->seed, pos, 1) < pd ? draft : ls_cand_draw(c, n, ls_uniform(sp->seed, pos, 2), draft);
-    free(c);
-    return tok;
+    return ls_uniform(sp->seed, pos, 1) < pd ? draft : ls_cand_draw(c, n, ls_uniform(sp->seed, pos, 2), draft);
 }
 
 static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, size_t errlen) {
@@ -132,7 +132,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
     ls_adapt_init(&ad, kmax);
     int32_t drafts[LS_SPEC_MAX_BLOCK], block[LS_SPEC_MAX_BLOCK];
     /* First token after prefill: the classic sampler (the bonus). */
-    int32_t tok = ls_sample(&gp->sampling, logits_buf, g->n_vocab, g->hist, pos);
+    int32_t tok = ls_sampler_sample(&g->s->sampler, &gp->sampling, logits_buf, g->hist, pos);
     if (!emit(g, pos, tok)) return LS_OK;
     int32_t n = pos + 1; /* hist[0..n): the last entry is the bonus, not yet run */
     for (;;) {

@@ -2,6 +2,7 @@
 #include "decode/probe.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,76 @@ static void on_stage(void *ud, int32_t layer, ls_stage st, const float *rows, in
     ls_probe_capture_rows(h->cap, h->arm, layer, st, rows, n, width, pos0);
 }
 
+/* ---- process-wide switches (ls_test_control) -------------------------------------------- */
+
+typedef struct {
+    bool on;
+    int32_t layer; /* -1 for the final stages */
+    ls_stage stage;
+} probe_fault;
+
+static atomic_bool g_trace;
+/* Guarded by g_memo_mu (with the in-process memo below). */
+static pthread_mutex_t g_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static probe_fault g_fault;
+static char g_memo_dir[1024];
+static int g_memo_n;
+
+void ls_probe_set_trace(bool on) {
+    atomic_store(&g_trace, on);
+}
+
+bool ls_probe_trace(void) {
+    return atomic_load(&g_trace);
+}
+
+int ls_probe_set_memo_dir(const char *dir) {
+    if (dir && strlen(dir) >= sizeof g_memo_dir - 64) return LS_ERR_ARG; /* room for the file name */
+    pthread_mutex_lock(&g_memo_mu);
+    snprintf(g_memo_dir, sizeof g_memo_dir, "%s", dir ? dir : "");
+    pthread_mutex_unlock(&g_memo_mu);
+    return LS_OK;
+}
+
+void ls_probe_memo_dir(char *out, size_t cap) {
+    pthread_mutex_lock(&g_memo_mu);
+    snprintf(out, cap, "%s", g_memo_dir);
+    pthread_mutex_unlock(&g_memo_mu);
+}
+
+int ls_probe_set_fault(int32_t layer, const char *stage) {
+    probe_fault f = {0};
+    if (stage) {
+        int st = -1;
+        for (int i = 0; i < LS_STAGE_COUNT; i++)
+            if (!strcmp(stage, ls_stage_name((ls_stage)i))) st = i;
+        if (st < 0) return LS_ERR_ARG;
+        f.on = true;
+        f.stage = (ls_stage)st;
+        f.layer = st >= LS_STAGE_FINAL_NORM ? -1 : layer;
+    }
+    pthread_mutex_lock(&g_memo_mu);
+    g_fault = f;
+    g_memo_n = 0; /* verdicts reached with another fault setting */
+    pthread_mutex_unlock(&g_memo_mu);
+    return LS_OK;
+}
+
+static probe_fault fault_now(void) {
+    pthread_mutex_lock(&g_memo_mu);
+    probe_fault f = g_fault;
+    pthread_mutex_unlock(&g_memo_mu);
+    return f;
+}
+
+void ls_probe_fault_describe(char *out, size_t cap) {
+    probe_fault f = fault_now();
+    if (f.on)
+        snprintf(out, cap, "%d:%s", f.layer, ls_stage_name(f.stage));
+    else
+        snprintf(out, cap, "off");
+}
+
 /* ---- one case: prefill a prompt, then chain vs block over K tokens --------------------- */
 
 typedef struct {
@@ -121,7 +192,7 @@ typedef struct {
 /* Chain arm: prefill the prompt on a reset session, then K single-token steps. Block arm:
  * roll the same session back to the end of the prompt (the path speculative rounds take)
  * and run the K tokens as one block. The fault switch is on only for that block forward. */
-static int run_arm(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np, const int32_t *blk,
+static int run_arm(ls_session *s, const probe_fault *f, const int32_t *prompt, int32_t np, const int32_t *blk,
                    int32_t k, bool chain, float *logits, int64_t nv, char *err, size_t errlen) {
     ls_session_set_fault(s, false, 0, 0);
     if (!chain) {
@@ -129,7 +200,7 @@ static int run_arm(ls_session *s, const ls_probe_options *opt, const int32_t *pr
             snprintf(err, errlen, "probe: rollback to the prompt end failed");
             return LS_ERR;
         }
-        ls_session_set_fault(s, opt->fault_on, opt->fault_layer, opt->fault_stage);
+        ls_session_set_fault(s, f->on, f->layer, f->stage);
         int rc = ls_session_eval(s, blk, k, 0, logits, err, errlen);
         ls_session_set_fault(s, false, 0, 0);
         return rc;
@@ -151,19 +222,19 @@ static int run_arm(ls_session *s, const ls_probe_options *opt, const int32_t *pr
     return LS_OK;
 }
 
-static int run_case(ls_session *s, const ls_probe_options *opt, const int32_t *prompt, int32_t np, const int32_t *blk,
-                    float *la, float *lb, ls_probe_capture *cap, case_result *cr, char *err, size_t errlen) {
-    int32_t k = opt->block_size;
+static int run_case(ls_session *s, int32_t k, const probe_fault *f, const int32_t *prompt, int32_t np,
+                    const int32_t *blk, float *la, float *lb, ls_probe_capture *cap, case_result *cr, char *err,
+                    size_t errlen) {
     int64_t nv = ls_session_n_vocab(s);
     capture_hook hook = {.cap = cap, .arm = 0};
     if (cap) {
         ls_probe_capture_reset(cap, np);
         ls_session_set_capture(s, on_stage, &hook);
     }
-    int rc = run_arm(s, opt, prompt, np, blk, k, true, la, nv, err, errlen);
+    int rc = run_arm(s, f, prompt, np, blk, k, true, la, nv, err, errlen);
     if (rc == LS_OK) {
         hook.arm = 1;
-        rc = run_arm(s, opt, prompt, np, blk, k, false, lb, nv, err, errlen);
+        rc = run_arm(s, f, prompt, np, blk, k, false, lb, nv, err, errlen);
     }
     ls_session_set_capture(s, NULL, NULL);
     if (rc != LS_OK) return rc;
@@ -203,6 +274,13 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
         return LS_ERR_ARG;
     }
     const ls_config *cfg = &model->cfg;
+    probe_fault fault = fault_now();
+    if (fault.on && (fault.layer < -1 || fault.layer >= cfg->n_layer)) {
+        snprintf(err, errlen, "probe: fault layer %d out of range (the model has %d layers)", fault.layer,
+                 cfg->n_layer);
+        return LS_ERR_ARG;
+    }
+    bool trace = opt->trace || ls_probe_trace();
     int32_t long_len = (cfg->sliding_window > 0 ? cfg->sliding_window : 64) + 40;
     int32_t lens[N_SHORT + 1] = {5, 17, 33, long_len};
     ls_session *s = NULL;
@@ -240,12 +318,12 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
             blks[c][j] = (int32_t)(x % (uint64_t)nv);
         }
         case_result cr;
-        rc = run_case(s, opt, prompt, np, blks[c], la, lb, opt->trace ? &cap : NULL, &cr, err, errlen);
+        rc = run_case(s, k, &fault, prompt, np, blks[c], la, lb, trace ? &cap : NULL, &cr, err, errlen);
         if (rc != LS_OK) goto done;
         tot_diff += cr.diff_bytes;
         tot_bytes += cr.total_bytes;
         bool failed = cr.diff_bytes > 0;
-        if (opt->trace) {
+        if (trace) {
             LS_INFO("probe trace: K=%d prompt %d (%d tokens): %s", k, c, np, failed ? "DIFFERS" : "identical");
             trace_report(&cap, model);
         }
@@ -253,8 +331,8 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
             fail_case = c;
             fail_cr = cr;
             /* Localize: rerun this case with capture (unless the trace pass just did). */
-            if (!opt->trace) {
-                rc = run_case(s, opt, prompt, np, blks[c], la, lb, &cap, &cr, err, errlen);
+            if (!trace) {
+                rc = run_case(s, k, &fault, prompt, np, blks[c], la, lb, &cap, &cr, err, errlen);
                 if (rc != LS_OK) goto done;
             }
             ls_probe_divergence dv;
@@ -310,29 +388,19 @@ typedef struct {
     ls_probe_result res;
 } memo_entry;
 
-static memo_entry g_memo[64];
-static int g_memo_n;
-static pthread_mutex_t g_memo_mu = PTHREAD_MUTEX_INITIALIZER;
-static ls_probe_options g_test_fault;
+static memo_entry g_memo[64]; /* g_memo_n entries, guarded by g_memo_mu */
 
-void ls_probe_set_test_fault(bool on, int32_t layer, ls_stage stage) {
-    pthread_mutex_lock(&g_memo_mu);
-    g_test_fault.fault_on = on;
-    g_test_fault.fault_layer = layer;
-    g_test_fault.fault_stage = stage;
-    g_memo_n = 0;
-    pthread_mutex_unlock(&g_memo_mu);
-}
-
-/* Passing verdicts are also remembered on disk ($XDG_CACHE_HOME or ~/.cache, lockstep/probe/),
- * keyed by the model file's identity (path, size, mtime), the engine version and build
- * identity (a hash of every engine source, the compilers and flags: ls_build_id), the
- * backend, device kind and device name, drafter, K and thread count, so repeated CLI runs do not pay for the probe each
- * time. Failures are never cached: they are re-checked (and re-localized) on every start. LOCKSTEP_PROBE_CACHE=0 turns
- * the disk cache off. */
+/* When the front end names a memo folder (LS_TESTCTL_PROBE_MEMO_DIR; the CLI's default is
+ * $XDG_CACHE_HOME/lockstep/probe or ~/.cache/lockstep/probe, docs/settings.md), passing
+ * verdicts are also remembered there, keyed by the model file's identity (path, size,
+ * mtime), the engine version and build identity (a hash of every engine source, the
+ * compilers and flags: ls_build_id), the backend, device kind and device name, drafter, K
+ * and thread count, so repeated CLI runs do not pay for the probe each time. Failures are
+ * never remembered: they are re-checked (and re-localized) on every start. */
 static bool disk_cache_path(const ls_session *s, const char *drafter, int32_t k, char *out, size_t cap) {
-    const char *off = getenv("LOCKSTEP_PROBE_CACHE");
-    if (off && !strcmp(off, "0")) return false;
+    char dir[sizeof g_memo_dir];
+    ls_probe_memo_dir(dir, sizeof dir);
+    if (!dir[0]) return false;
     const ls_model *m = s->model;
     if (!m->path[0] || !m->file_size) return false;
     char key[2000];
@@ -341,14 +409,7 @@ static bool disk_cache_path(const ls_session *s, const char *drafter, int32_t k,
              s->kind->device_name(), drafter, k, s->n_threads);
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (const char *p = key; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg)
-        snprintf(out, cap, "%s/lockstep/probe/%016llx.pass", xdg, (unsigned long long)h);
-    else if (home && *home)
-        snprintf(out, cap, "%s/.cache/lockstep/probe/%016llx.pass", home, (unsigned long long)h);
-    else
-        return false;
-    return true;
+    return snprintf(out, cap, "%s/%016llx.pass", dir, (unsigned long long)h) < (int)cap;
 }
 
 static bool disk_cache_read(const char *path, ls_probe_result *res) {
@@ -399,15 +460,8 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
     ls_probe_options opt = {.block_size = block_size, .n_threads = s->n_threads, .device = s->kind->name};
     char cache_path[1100];
     bool use_disk = disk_cache_path(s, drafter, block_size, cache_path, sizeof cache_path);
-    pthread_mutex_lock(&g_memo_mu);
-    opt.fault_on = g_test_fault.fault_on;
-    opt.fault_layer = g_test_fault.fault_layer;
-    opt.fault_stage = g_test_fault.fault_stage;
-    pthread_mutex_unlock(&g_memo_mu);
-    const char *tr = getenv("LOCKSTEP_PROBE_TRACE");
-    opt.trace = tr && *tr && strcmp(tr, "0") != 0;
     /* A trace or an injected fault always runs the probe for real. */
-    if (opt.trace || opt.fault_on) use_disk = false;
+    if (ls_probe_trace() || fault_now().on) use_disk = false;
     char err[256];
     if (use_disk && disk_cache_read(cache_path, res)) {
         LS_INFO("%s (verdict cached on disk)", res->message);
@@ -433,28 +487,14 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
 
 /* ---- public entry ------------------------------------------------------------------- */
 
-int ls_probe(ls_model *m, const ls_probe_params *p, char *msg, size_t msglen, char *err, size_t errlen) {
-    ls_probe_options opt = {.block_size = p->block_size, .n_threads = p->n_threads, .trace = p->trace};
-    if (p->n_threads <= 0) opt.n_threads = 0;
-    if (p->fault_stage) {
-        int st = -1;
-        for (int i = 0; i < LS_STAGE_COUNT; i++)
-            if (!strcmp(p->fault_stage, ls_stage_name((ls_stage)i))) st = i;
-        if (st < 0) {
-            snprintf(err, errlen, "probe: unknown fault stage '%s'", p->fault_stage);
-            return LS_ERR_ARG;
-        }
-        if (p->fault_layer < -1 || p->fault_layer >= m->cfg.n_layer) {
-            snprintf(err, errlen, "probe: fault layer %d out of range", p->fault_layer);
-            return LS_ERR_ARG;
-        }
-        opt.fault_on = true;
-        opt.fault_layer = st >= LS_STAGE_FINAL_NORM ? -1 : p->fault_layer;
-        opt.fault_stage = (ls_stage)st;
-    }
+int ls_probe(ls_model *m, const ls_probe_params *p, bool *passed, char *msg, size_t msglen, char *err, size_t errlen) {
+    ls_probe_options opt = {
+        .block_size = p->block_size, .n_threads = p->n_threads > 0 ? p->n_threads : 0, .trace = p->trace};
     ls_probe_result r;
+    *passed = false;
     int rc = ls_probe_run(m, &opt, &r, err, errlen);
     if (rc != LS_OK) return rc;
+    *passed = r.passed;
     snprintf(msg, msglen, "%s", r.message);
-    return r.passed ? 1 : 0;
+    return LS_OK;
 }

@@ -7,6 +7,7 @@
 #define LS_DECODE_PROBE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "lockstep.h"
@@ -16,11 +17,8 @@ typedef struct {
     int32_t block_size; /* K */
     int32_t n_threads;  /* 0: all cores */
     const char *device; /* "cpu" / "cuda"; NULL: the model's device */
-    bool trace;         /* always run the localization pass and log per-layer results */
-    /* Test-only fault injection into the block arm (see ls_session_set_fault). */
-    bool fault_on;
-    int32_t fault_layer;
-    ls_stage fault_stage;
+    bool trace;         /* always run the localization pass and log per-layer results (or
+                         * when the process-wide trace switch is on) */
 } ls_probe_options;
 
 typedef struct {
@@ -36,17 +34,29 @@ typedef struct {
 } ls_probe_result;
 
 /* Runs the probe on fresh sessions of `model`. Returns LS_OK when the probe could run
- * (passed or not; see res), an error code if it could not (e.g. out of memory). */
+ * (passed or not; see res), an error code if it could not (e.g. out of memory). The
+ * process-wide probe fault (ls_probe_set_fault) perturbs the block arm, if set. */
 int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *res, char *err, size_t errlen);
 
 /* Memoized per (model, device kind, drafter, K, threads): the probe runs once per process for
- * each combination, on the session's device; passing verdicts are also kept on disk keyed on
- * the build identity (ls_build_id) and the device name (probe.c). */
+ * each combination, on the session's device; when a memo folder is set
+ * (ls_probe_set_memo_dir), passing verdicts are also kept on disk keyed on the build identity
+ * (ls_build_id) and the device name (probe.c). */
 void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size, ls_probe_result *res);
 
-/* Test-only: inject a fault into every probe that ls_probe_run_cached runs from now on
- * (and forget memoized verdicts), to test the decline path of generation. */
-void ls_probe_set_test_fault(bool on, int32_t layer, ls_stage stage);
+/* ---- Process-wide switches (set through ls_test_control, include/lockstep.h) ---- */
+void ls_probe_set_trace(bool on);
+bool ls_probe_trace(void);
+/* Folder of the on-disk verdict memo; NULL or "" = none. LS_ERR_ARG if too long. */
+int ls_probe_set_memo_dir(const char *dir);
+/* The folder into out ("" = none). */
+void ls_probe_memo_dir(char *out, size_t cap);
+/* Fault injection: every probe from now on perturbs sub-op `stage` (an ls_stage_name) of
+ * `layer` (ignored, -1, for the final stages) in its verify blocks; stage NULL turns it off.
+ * Forgets the memoized verdicts either way. LS_ERR_ARG for an unknown stage. */
+int ls_probe_set_fault(int32_t layer, const char *stage);
+/* "off" or "LAYER:STAGE" into out. */
+void ls_probe_fault_describe(char *out, size_t cap);
 
 /* ---- Localization (used by ls_probe_run; exposed so tests can feed hand-made rows) ----
  * The rows every (layer, stage) produced for the K block positions of one probe case, from

@@ -4,10 +4,13 @@
  * produces the same logits row for a position picks the same token there. Ties are broken
  * towards the lower token id everywhere, so the result never depends on sort stability. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fault.h"
 #include "decode/rng.h"
+#include "decode/sampler.h"
 #include "lockstep.h"
 
 ls_sampling ls_sampling_default(void) {
@@ -25,8 +28,6 @@ ls_sampling ls_sampling_default(void) {
     return s;
 }
 
-#include "decode/sampler.h"
-
 typedef ls_cand cand;
 
 static int cand_cmp(const void *a, const void *b) {
@@ -35,34 +36,30 @@ static int cand_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
-static int i32_cmp(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 static bool penalties_on(const ls_sampling *sp) {
     return sp->repeat_penalty != 1.0f || sp->frequency_penalty != 0.0f || sp->presence_penalty != 0.0f;
 }
 
 /* Apply repetition / frequency / presence penalties (llama.cpp semantics) to the tokens of
- * the last repeat_last_n history entries, in the copy `l`. */
-static void apply_penalties(const ls_sampling *sp, float *l, int32_t n_vocab, const int32_t *hist, int32_t pos) {
+ * the last repeat_last_n history entries, in the copy `l`. Each distinct token is penalized
+ * once, by its count in the window (count: zeroed scratch, left zeroed). */
+static void apply_penalties(const ls_sampling *sp, float *l, int32_t n_vocab, int32_t *count, const int32_t *hist,
+                            int32_t pos) {
     int32_t n = sp->repeat_last_n < 0 ? pos : (sp->repeat_last_n < pos ? sp->repeat_last_n : pos);
     if (n <= 0) return;
-    int32_t *w = malloc(sizeof(int32_t) * (size_t)n);
-    if (!w) return;
-    memcpy(w, hist + (pos - n), sizeof(int32_t) * (size_t)n);
-    qsort(w, (size_t)n, sizeof(int32_t), i32_cmp);
-    for (int32_t i = 0; i < n;) {
-        int32_t t = w[i], cnt = 0;
-        while (i < n && w[i] == t) i++, cnt++;
-        if (t < 0 || t >= n_vocab) continue;
+    const int32_t *w = hist + (pos - n);
+    for (int32_t i = 0; i < n; i++)
+        if (w[i] >= 0 && w[i] < n_vocab) count[w[i]]++;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = w[i];
+        if (t < 0 || t >= n_vocab || count[t] == 0) continue;
+        int32_t cnt = count[t];
+        count[t] = 0;
         float v = l[t];
         v = v <= 0 ? v * sp->repeat_penalty : v / sp->repeat_penalty;
         v -= (float)cnt * sp->frequency_penalty + sp->presence_penalty;
         l[t] = v;
     }
-    free(w);
 }
 
 static int32_t argmax(const float *l, int32_t n) {
@@ -104,31 +101,49 @@ static void softmax(cand *c, int32_t n, float temp) {
     for (int32_t i = 0; i < n; i++) c[i].p /= sum;
 }
 
-/* The filtered distribution for one position: candidates sorted by logit (ties: lower id
- * first) with probabilities after top-k, top-p, min-p and temperature. Returns the count,
- * or 0 for greedy (temperature <= 0; *greedy_tok set). *out is malloc'ed; caller frees. */
-int32_t ls_sample_dist(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos,
-                       ls_cand **out, int32_t *greedy_tok) {
-    *out = NULL;
-    const float *l = logits;
-    float *copy = NULL;
-    if (penalties_on(sp) && history && pos > 0) {
-        copy = malloc(sizeof(float) * (size_t)n_vocab);
-        if (copy) {
-            memcpy(copy, logits, sizeof(float) * (size_t)n_vocab);
-            apply_penalties(sp, copy, n_vocab, history, pos);
-            l = copy;
-        }
+int ls_sampler_init(ls_sampler *s, int32_t n_vocab, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    if (n_vocab <= 0) {
+        snprintf(err, errlen, "sampler: vocabulary of %d tokens", n_vocab);
+        return LS_ERR_ARG;
     }
-    int32_t k = sp->top_k > 0 && sp->top_k < n_vocab ? sp->top_k : n_vocab;
-    cand *c = sp->temperature <= 0.0f ? NULL : malloc(sizeof(cand) * (size_t)k);
-    if (!c) { /* greedy, or no memory to sample: the most likely token */
+    s->n_vocab = n_vocab;
+    s->logits = ls_fault_malloc(LS_FAULT_SAMPLER, sizeof(float) * (size_t)n_vocab);
+    s->count = ls_fault_calloc(LS_FAULT_SAMPLER, (size_t)n_vocab, sizeof(int32_t));
+    s->cand = ls_fault_malloc(LS_FAULT_SAMPLER, sizeof(ls_cand) * (size_t)n_vocab);
+    if (!s->logits || !s->count || !s->cand) {
+        ls_sampler_free(s);
+        snprintf(err, errlen, "out of memory for the sampler's scratch (%d-token vocabulary, %zu bytes)", n_vocab,
+                 (sizeof(float) + sizeof(int32_t) + sizeof(ls_cand)) * (size_t)n_vocab);
+        return LS_ERR_NOMEM;
+    }
+    return LS_OK;
+}
+
+void ls_sampler_free(ls_sampler *s) {
+    free(s->logits);
+    free(s->count);
+    free(s->cand);
+    memset(s, 0, sizeof *s);
+}
+
+int32_t ls_sampler_dist(ls_sampler *s, const ls_sampling *sp, const float *logits, const int32_t *history, int32_t pos,
+                        const ls_cand **out, int32_t *greedy_tok) {
+    *out = NULL;
+    int32_t n_vocab = s->n_vocab;
+    const float *l = logits;
+    if (penalties_on(sp) && history && pos > 0) {
+        memcpy(s->logits, logits, sizeof(float) * (size_t)n_vocab);
+        apply_penalties(sp, s->logits, n_vocab, s->count, history, pos);
+        l = s->logits;
+    }
+    if (sp->temperature <= 0.0f) {
         *greedy_tok = argmax(l, n_vocab);
-        free(copy);
         return 0;
     }
+    int32_t k = sp->top_k > 0 && sp->top_k < n_vocab ? sp->top_k : n_vocab;
+    cand *c = s->cand;
     int32_t n = select_top(l, n_vocab, k, c);
-    free(copy);
     if (sp->top_p < 1.0f) {
         softmax(c, n, 1.0f);
         float cum = 0;
@@ -154,8 +169,6 @@ int32_t ls_sample_dist(const ls_sampling *sp, const float *logits, int32_t n_voc
     return n;
 }
 
-/* Inverse-CDF draw over candidates in their fixed order; `skip` (or -1) is excluded and the
- * rest renormalized (the residual distribution of rejection sampling). */
 int32_t ls_cand_draw(const ls_cand *c, int32_t n, float u, int32_t skip) {
     float total = 0;
     for (int32_t i = 0; i < n; i++)
@@ -171,12 +184,21 @@ int32_t ls_cand_draw(const ls_cand *c, int32_t n, float u, int32_t skip) {
     return last >= 0 ? last : c[0].id;
 }
 
-int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos) {
-    ls_cand *c;
+int32_t ls_sampler_sample(ls_sampler *s, const ls_sampling *sp, const float *logits, const int32_t *history,
+                          int32_t pos) {
+    const ls_cand *c;
     int32_t greedy;
-    int32_t n = ls_sample_dist(sp, logits, n_vocab, history, pos, &c, &greedy);
+    int32_t n = ls_sampler_dist(s, sp, logits, history, pos, &c, &greedy);
     if (n == 0) return greedy;
-    int32_t tok = ls_cand_draw(c, n, ls_uniform(sp->seed, pos, 0), -1);
-    free(c);
+    return ls_cand_draw(c, n, ls_uniform(sp->seed, pos, 0), -1);
+}
+
+int32_t ls_sample(const ls_sampling *sp, const float *logits, int32_t n_vocab, const int32_t *history, int32_t pos) {
+    ls_sampler s;
+    char err[160];
+    int rc = ls_sampler_init(&s, n_vocab, err, sizeof err);
+    if (rc != LS_OK) return rc;
+    int32_t tok = ls_sampler_sample(&s, sp, logits, history, pos);
+    ls_sampler_free(&s);
     return tok;
 }

@@ -220,6 +220,11 @@ const ls_device_kind *ls_device_kind_find(const char *name);
 /* "cuda" when this build has CUDA and a GPU is present, else "cpu". */
 const char *ls_device_default(void);
 
+/* Debug switch of the device kinds that capture forward steps as graphs (CUDA): on by
+ * default; read when an instance is created (ls_test_control LS_TESTCTL_CUDA_GRAPHS). */
+void ls_backend_set_graphs(bool on);
+bool ls_backend_graphs(void);
+
 /* CPU backend (kernels/cpu/backend_cpu.c) and its kind. */
 ls_backend *ls_backend_cpu_create(int n_threads, int64_t max_rows, int64_t max_cols, int64_t max_keys);
 const char *ls_backend_cpu_isa_name(void);

@@ -1,8 +1,19 @@
-/* Device kinds by name, and the default choice (docs/cuda.md 4): CUDA when this build has
- * it and a GPU answers, else the CPU. */
+/* Device kinds by name, the default choice (docs/cuda.md 4): CUDA when this build has it
+ * and a GPU answers, else the CPU; and the graphs switch of the device backends. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/backend.h"
+
+static atomic_bool g_graphs = true;
+
+void ls_backend_set_graphs(bool on) {
+    atomic_store(&g_graphs, on);
+}
+
+bool ls_backend_graphs(void) {
+    return atomic_load(&g_graphs);
+}
 
 const ls_device_kind *ls_device_kind_find(const char *name) {
     if (!name || strcmp(name, "cpu") == 0) return &ls_device_cpu;

@@ -108,6 +108,9 @@ struct ls_model {
     char path[1024];
     uint64_t file_size;
     int64_t file_mtime;
+    /* Set by the loaders when one of their own allocations (tables, weight copies) failed:
+     * ls_model_open then returns LS_ERR_NOMEM instead of LS_ERR. */
+    bool load_nomem;
 };
 
 /* Load a Hugging Face / MLX checkpoint directory into m (model_load_hf.c); m is zeroed
@@ -115,6 +118,10 @@ struct ls_model {
 int ls_model_load_hf(ls_model *m, const char *dir, char *err, size_t errlen);
 /* Keep a malloc'd buffer until ls_model_close. Returns 0 or -1 (then frees it). */
 int ls_model_own(ls_model *m, float *buf, size_t bytes);
+/* malloc / calloc for the loaders (fault site "model"): a failure also marks the model
+ * load_nomem. */
+void *ls_model_alloc(ls_model *m, size_t bytes);
+void *ls_model_calloc(ls_model *m, size_t n, size_t size);
 /* Build identity (generated at build time by cmake/build_id.cmake). */
 const char *ls_build_id(void);
 /* Every constant host range of the model (mapped file bytes, owned vectors), for

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/fault.h"
 #include "core/log.h"
 #include "lockstep.h"
 #include "format/safetensors.h"
@@ -94,7 +95,7 @@ static int bind_vec(ls_model *m, const char *name, int64_t n, const float **out,
         ERRF("model: norm tensor '%s' has unsupported type %s", name, ls_type_name(t->type));
         return -1;
     }
-    float *buf = malloc(sizeof(float) * (size_t)n);
+    float *buf = ls_model_alloc(m, sizeof(float) * (size_t)n);
     if (!buf || ls_model_own(m, buf, sizeof(float) * (size_t)n) != 0) {
         ERRF("model: out of memory");
         return -1;
@@ -104,12 +105,25 @@ static int bind_vec(ls_model *m, const char *name, int64_t n, const float **out,
     return 0;
 }
 
+void *ls_model_alloc(ls_model *m, size_t bytes) {
+    void *p = ls_fault_malloc(LS_FAULT_MODEL, bytes);
+    if (!p) m->load_nomem = true;
+    return p;
+}
+
+void *ls_model_calloc(ls_model *m, size_t n, size_t size) {
+    void *p = ls_fault_calloc(LS_FAULT_MODEL, n, size);
+    if (!p) m->load_nomem = true;
+    return p;
+}
+
 int ls_model_own(ls_model *m, float *buf, size_t bytes) {
     float **grown = realloc(m->owned, sizeof(float *) * (size_t)(m->n_owned + 1));
     if (grown) m->owned = grown;
     size_t *sizes = grown ? realloc(m->owned_bytes, sizeof(size_t) * (size_t)(m->n_owned + 1)) : NULL;
     if (!sizes) {
         free(buf);
+        m->load_nomem = true;
         return -1;
     }
     m->owned_bytes = sizes;
@@ -198,7 +212,7 @@ static int bind_tensors(ls_model *m, char *err, size_t errlen) {
     if (bind_weight(m, "token_embd.weight", c->n_vocab, c->n_embd, &m->tok_embd, err, errlen) ||
         bind_vec(m, "output_norm.weight", c->n_embd, &m->output_norm, err, errlen))
         return -1;
-    m->layers = calloc((size_t)c->n_layer, sizeof(ls_layer));
+    m->layers = ls_model_calloc(m, (size_t)c->n_layer, sizeof(ls_layer));
     if (!m->layers) {
         ERRF("model: out of memory");
         return -1;
@@ -276,9 +290,10 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
     }
     *out = m;
     return LS_OK;
-fail:
+fail:;
+    bool nomem = m->load_nomem;
     ls_model_close(m);
-    return LS_ERR;
+    return nomem ? LS_ERR_NOMEM : LS_ERR;
 }
 
 void ls_model_close(ls_model *m) {

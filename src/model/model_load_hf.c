@@ -56,7 +56,7 @@ static void shape_str(const ls_st_tensor *t, char *buf, size_t cap) {
 static const void *aligned_data(hf_loader *L, const ls_st_tensor *t) {
     size_t es = ls_st_dtype_size(t->dtype);
     if (es <= 1 || (uintptr_t)t->data % es == 0) return t->data;
-    float *copy = malloc(t->nbytes + sizeof(float));
+    float *copy = ls_model_alloc(L->m, t->nbytes + sizeof(float));
     if (!copy || ls_model_own(L->m, copy, t->nbytes + sizeof(float)) != 0) return NULL;
     memcpy(copy, t->data, t->nbytes);
     return copy;
@@ -215,7 +215,7 @@ static int bind_vec(hf_loader *L, const char *name, int64_t n, bool add_one, con
         ERRF("model: tensor '%s%s' has shape [%s], expected [%lld]", L->prefix, name, shp, (long long)n);
         return -1;
     }
-    float *buf = malloc(sizeof(float) * (size_t)n);
+    float *buf = ls_model_alloc(L->m, sizeof(float) * (size_t)n);
     if (!buf || ls_model_own(L->m, buf, sizeof(float) * (size_t)n) != 0) {
         ERRF("model: out of memory");
         return -1;
@@ -291,7 +291,7 @@ static int config_to_model(hf_loader *L) {
         ERRF("model: config.json: empty geometry");
         return -1;
     }
-    m->layers = calloc((size_t)c->n_layer, sizeof(ls_layer));
+    m->layers = ls_model_calloc(m, (size_t)c->n_layer, sizeof(ls_layer));
     if (!m->layers) {
         ERRF("model: out of memory");
         return -1;
@@ -437,8 +437,8 @@ static int bind_all(hf_loader *L) {
             return -1;
     }
     if (c->n_expert > 0) {
-        m->moes = calloc((size_t)c->n_layer, sizeof(ls_moe));
-        m->expert_w = calloc((size_t)c->n_layer * 3 * (size_t)c->n_expert, sizeof(ls_weight));
+        m->moes = ls_model_calloc(m, (size_t)c->n_layer, sizeof(ls_moe));
+        m->expert_w = ls_model_calloc(m, (size_t)c->n_layer * 3 * (size_t)c->n_expert, sizeof(ls_weight));
         if (!m->moes || !m->expert_w) {
             ERRF("model: out of memory");
             return -1;
@@ -451,7 +451,7 @@ static int bind_all(hf_loader *L) {
 
 int ls_model_load_hf(ls_model *m, const char *dir, char *err, size_t errlen) {
     hf_loader Ld = {.m = m, .err = err, .errlen = errlen}, *L = &Ld;
-    ls_hf_config *hc = calloc(1, sizeof *hc);
+    ls_hf_config *hc = ls_model_calloc(m, 1, sizeof *hc);
     if (!hc) {
         ERRF("model: out of memory");
         return -1;

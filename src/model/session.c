@@ -66,7 +66,8 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
     /* Off the host, the head's rows come back through the workspace: room for a whole batch. */
     int32_t logit_rows = on_host ? 0 : n_batch;
     uint64_t act = ls_workspace_bytes(m, n_batch, logit_rows) + sizeof(float) * (uint64_t)n_batch * (uint64_t)d;
-    uint64_t total = kv_bytes + act + sizeof(float) * (uint64_t)n_ctx * (uint64_t)n_threads;
+    uint64_t sampler_bytes = (sizeof(float) + sizeof(int32_t) + sizeof(ls_cand)) * (uint64_t)c->n_vocab;
+    uint64_t total = kv_bytes + act + sizeof(float) * (uint64_t)n_ctx * (uint64_t)n_threads + sampler_bytes;
     uint64_t avail = on_host ? mem_available() : 0; /* device memory: cudaMalloc says when it is short */
     if (avail && total > avail) {
         snprintf(err, errlen,
@@ -98,6 +99,11 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
     if (ls_workspace_init(&s->ws, s->be, m, n_batch, logit_rows) != 0) goto nomem;
     s->hidden = s->be->ops->alloc(s->be, sizeof(float) * (size_t)n_batch * (size_t)d);
     if (!s->hidden) goto nomem;
+    int rc = ls_sampler_init(&s->sampler, c->n_vocab, err, errlen);
+    if (rc != LS_OK) {
+        ls_session_free(s);
+        return rc;
+    }
     *out = s;
     return LS_OK;
 nomem:
@@ -115,6 +121,7 @@ void ls_session_free(ls_session *s) {
     if (s->hidden) s->be->ops->release(s->be, s->hidden);
     ls_workspace_free(&s->ws);
     if (s->be) s->be->ops->free(s->be);
+    ls_sampler_free(&s->sampler);
     free(s);
 }
 

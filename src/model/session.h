@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "decode/sampler.h"
 #include "kernels/backend.h"
 #include "lockstep.h"
 #include "model/kv_cache.h"
@@ -91,12 +92,17 @@ struct ls_session {
     struct ls_batcher *batcher;
     bool batch_idle;     /* guarded by the batcher's mutex: not expected back soon */
     double last_step_ms; /* wall time of the forward step that served the last eval */
+    /* Scratch of the sampler that ls_generate chooses this session's tokens with (sized by
+     * the vocabulary at creation: choosing a token allocates nothing). */
+    ls_sampler sampler;
     /* Exactness-probe hooks (NULL / off in normal operation; never set on a request path). */
     ls_capture_fn capture;
     void *capture_ud;
-    /* Test-only fault injection: when on, forwards of more than one row perturb one element
-     * of the last row of `fault_stage` in layer `fault_layer` (enough to reach the logits),
-     * so tests can check the probe names exactly that layer and sub-op. */
+    /* Test-only fault injection, set by the exactness probe on its block arm only (the
+     * fault comes from ls_test_control LS_TESTCTL_FAULT_PROBE): when on, forwards of more
+     * than one row perturb one element of the last row of `fault_stage` in layer
+     * `fault_layer` (enough to reach the logits), so tests can check the probe names exactly
+     * that layer and sub-op. */
     bool fault_on;
     int32_t fault_layer;
     ls_stage fault_stage;
@@ -133,7 +139,7 @@ int32_t ls_session_n_hidden(const ls_session *s);
 int32_t ls_session_kv_source(const ls_session *s, bool sliding, const ls_kv_layer **kv, int32_t *n_kv,
                              int32_t *head_dim);
 
-/* Internal controls used by the probe and its tests. */
+/* Internal controls of the probe (capture of every stage's rows; the fault above). */
 void ls_session_set_capture(ls_session *s, ls_capture_fn fn, void *ud);
 void ls_session_set_fault(ls_session *s, bool on, int32_t layer, ls_stage stage);
 

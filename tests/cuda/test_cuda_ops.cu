@@ -9,7 +9,7 @@
  *      attention and rmsnorm 1e-5 relative L2, rope 1e-5 relative L2, matmul 3e-2;
  *  (c) a chain of ops run as step graphs (step_begin / step_end, with repeated, new and
  *      evicted keys and changing buffers) == the same chain launched directly
- *      (LOCKSTEP_CUDA_GRAPHS=0);
+ *      (graphs off: ls_backend_set_graphs(false));
  *  (d) copy with overlapping ranges == memmove, both directions, every copy strategy.
  * matmul / get_rows are tested when kernels/cuda/cuda_matmul.h exists, per weight type the
  * CUDA matmul supports (types it answers -1 for are listed as skipped).
@@ -56,7 +56,7 @@ namespace {
 
 int g_failures = 0;
 const ls_device_kind *K = &ls_device_cuda;
-ls_backend *G = nullptr;   /* CUDA, graphs as the environment says (unset: on) */
+ls_backend *G = nullptr;   /* CUDA, graphs on (the default) */
 ls_backend *CPU = nullptr; /* reference */
 ls_backend *GS = nullptr;  /* CUDA with a small attention scratch: calls run in row groups */
 
@@ -906,10 +906,10 @@ void chain_step(Chain &c, int M, int which, const float *w_host, bool capture, i
 }
 
 void test_graphs() {
-    setenv("LOCKSTEP_CUDA_GRAPHS", "0", 1);
+    ls_backend_set_graphs(false); /* ls_test_control(LS_TESTCTL_CUDA_GRAPHS, 0) */
     ls_backend_params p = {1, MAXM, 8192, 4096};
     ls_backend *bd = K->create(&p);
-    unsetenv("LOCKSTEP_CUDA_GRAPHS");
+    ls_backend_set_graphs(true);
     ls_backend *bg = K->create(&p);
     if (!bd || !bg) die("create");
     Rng r(301);

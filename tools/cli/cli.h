@@ -20,8 +20,31 @@ typedef struct {
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 const char *cli_default_model_path(void);
-/* --device value (main.c takes it from any subcommand's arguments); NULL = auto. */
-extern const char *cli_device;
+
+/* Process-wide settings (cli_settings.c, docs/settings.md): options every subcommand takes,
+ * and the documented environment variables they override. */
+typedef struct {
+    const char *device;         /* --device cpu|cuda|auto; NULL = auto */
+    const char *isa;            /* --isa auto|scalar, LOCKSTEP_ISA */
+    bool cuda_graphs;           /* off: --no-cuda-graphs, LOCKSTEP_CUDA_GRAPHS=0 */
+    bool probe_cache;           /* off: --no-probe-cache, LOCKSTEP_PROBE_CACHE=0 */
+    char probe_cache_dir[1024]; /* $XDG_CACHE_HOME/lockstep/probe or ~/.cache/lockstep/probe */
+    bool probe_trace;           /* run/probe --trace, LOCKSTEP_PROBE_TRACE */
+    bool verbose;               /* --verbose: print the effective settings */
+    /* LOCKSTEP_TEST_FAULT (tests): LAYER:STAGE or alloc:SITE[:COUNT] */
+    const char *fault_stage;
+    int fault_layer;
+    const char *fault_alloc_site;
+    int fault_alloc_count;
+} cli_settings;
+extern cli_settings cli_cfg;
+/* Reads the environment, takes the common options out of argv (wherever they appear) and
+ * applies everything with ls_test_control. Prints an error and returns -1 on a bad value. */
+int cli_settings_init(int *argc, char **argv);
+/* --trace of run / probe. */
+void cli_set_probe_trace(bool on);
+/* With --verbose, prints the effective settings on stderr once (cli_open_model calls it). */
+void cli_print_settings(void);
 /* Opens the model (-m or the default); prints a clear error and returns NULL on failure. */
 ls_model *cli_open_model(const char *path);
 /* --draft KIND / --model-draft PATH, validated: KIND ngram, model or assistant; a PATH whose

@@ -20,9 +20,8 @@ const char *cli_default_model_path(void) {
     return path;
 }
 
-const char *cli_device = NULL;
-
 ls_model *cli_open_model(const char *path) {
+    cli_print_settings();
     if (!path) path = cli_default_model_path();
     char err[512];
     ls_model *m = NULL;
@@ -32,7 +31,7 @@ ls_model *cli_open_model(const char *path) {
             fprintf(stderr, "lockstep: install the default model with: bash scripts/setup.sh\n");
         return NULL;
     }
-    if (ls_model_set_device(m, cli_device, err, sizeof err) != LS_OK) {
+    if (ls_model_set_device(m, cli_cfg.device, err, sizeof err) != LS_OK) {
         fprintf(stderr, "lockstep: %s\n", err);
         ls_model_close(m);
         return NULL;

@@ -1,6 +1,7 @@
 /* lockstep probe: run the exactness probe (verify block vs single-token chain) for one
  * block size or, by default, K = 2..8. Exit 0 when every K passes, 1 otherwise.
- * LOCKSTEP_TEST_FAULT=LAYER:STAGE (test-only) perturbs one sub-op of the block path. */
+ * LOCKSTEP_TEST_FAULT=LAYER:STAGE (test-only, docs/settings.md) perturbs one sub-op of the
+ * block path. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +22,6 @@ int cmd_probe(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     cli_common c = {0};
     int32_t k = 0;
-    const char *tr = getenv("LOCKSTEP_PROBE_TRACE");
-    bool trace = tr && *tr && strcmp(tr, "0") != 0;
     optind = 1;
     int o;
     while ((o = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
@@ -30,7 +29,7 @@ int cmd_probe(int argc, char **argv) {
         switch (o) {
         case 'm': c.model = optarg; break;
         case O_DBS: ok = cli_parse_i32("--draft-block-size", optarg, 2, LS_SPEC_MAX_BLOCK, &k); break;
-        case O_TRACE: trace = true; break;
+        case O_TRACE: cli_set_probe_trace(true); break;
         case 't': ok = cli_parse_i32("-t", optarg, 1, 512, &c.n_threads); break;
         case 'h': probe_usage(stdout); return CLI_OK;
         default: probe_usage(stderr); return CLI_USAGE;
@@ -41,18 +40,7 @@ int cmd_probe(int argc, char **argv) {
         probe_usage(stderr);
         return CLI_USAGE;
     }
-    ls_probe_params pp = {.n_threads = c.n_threads, .trace = trace};
-    char fault_stage[32];
-    const char *fault = getenv("LOCKSTEP_TEST_FAULT");
-    if (fault && *fault) {
-        if (sscanf(fault, "%d:%31s", &pp.fault_layer, fault_stage) != 2) {
-            fprintf(stderr, "lockstep: LOCKSTEP_TEST_FAULT must be LAYER:STAGE\n");
-            return CLI_USAGE;
-        }
-        pp.fault_stage = fault_stage;
-        fprintf(stderr, "lockstep: TEST FAULT INJECTION: layer %d %s in the verify-block path\n", pp.fault_layer,
-                fault_stage);
-    }
+    ls_probe_params pp = {.n_threads = c.n_threads};
     ls_model *m = cli_open_model(c.model);
     if (!m) return CLI_FAIL;
     int rc = CLI_OK;
@@ -60,13 +48,13 @@ int cmd_probe(int argc, char **argv) {
     for (int32_t kk = k0; kk <= k1; kk++) {
         pp.block_size = kk;
         char msg[600], err[256];
-        int r = ls_probe(m, &pp, msg, sizeof msg, err, sizeof err);
-        if (r < 0) {
+        bool passed;
+        if (ls_probe(m, &pp, &passed, msg, sizeof msg, err, sizeof err) != LS_OK) {
             fprintf(stderr, "lockstep: probe K=%d could not run: %s\n", kk, err);
             rc = CLI_FAIL;
             break;
         }
-        if (r == 1)
+        if (passed)
             fprintf(stderr, "lockstep INFO: %s\n", msg);
         else {
             fprintf(stderr, "lockstep WARN: exactness probe failed for K=%d: %s\n", kk, msg);

@@ -144,7 +144,7 @@ int cmd_run(int argc, char **argv) {
             break;
         case O_NOADAPT: gp.adaptive = false; break;
         case O_INEXACT: gp.allow_inexact = true; break;
-        case O_TRACE: setenv("LOCKSTEP_PROBE_TRACE", "1", 1); break;
+        case O_TRACE: cli_set_probe_trace(true); break;
         case 'h': run_usage(stdout); return CLI_OK;
         default: run_usage(stderr); return CLI_USAGE;
         }

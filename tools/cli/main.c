@@ -14,30 +14,15 @@ static void usage(FILE *f) {
                "  probe     exactness probe          (lockstep probe -h)\n"
                "  serve     OpenAI-compatible server (lockstep serve -h)\n"
                "  version   print the version\n"
-               "common: --device cpu|cuda|auto  where the model runs (default: cuda when built with\n"
-               "        CUDA and a GPU is present, else cpu)\n");
-}
-
-/* --device cpu|cuda|auto is taken by every subcommand that runs the model (run, logits,
- * bench, probe, serve): it is removed from argv here and applied when the model opens. */
-static int take_device(int *argc, char **argv) {
-    for (int i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--device") != 0) continue;
-        if (i + 1 >= *argc) {
-            fprintf(stderr, "lockstep: --device needs a value (cpu, cuda or auto)\n");
-            return -1;
-        }
-        const char *v = argv[i + 1];
-        if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
-            fprintf(stderr, "lockstep: --device must be cpu, cuda or auto, got '%s'\n", v);
-            return -1;
-        }
-        cli_device = v;
-        for (int j = i; j + 2 <= *argc; j++) argv[j] = argv[j + 2];
-        *argc -= 2;
-        i--;
-    }
-    return 0;
+               "common options (any subcommand; docs/settings.md):\n"
+               "  --device cpu|cuda|auto  where the model runs (default: cuda when built with CUDA and a\n"
+               "                          GPU is present, else cpu)\n"
+               "  --isa auto|scalar       CPU kernels (scalar: the reference kernels, same bits; LOCKSTEP_ISA)\n"
+               "  --no-cuda-graphs        launch CUDA ops directly (LOCKSTEP_CUDA_GRAPHS=0)\n"
+               "  --no-probe-cache        do not remember passing exactness-probe verdicts in\n"
+               "                          $XDG_CACHE_HOME/lockstep/probe or ~/.cache/lockstep/probe\n"
+               "                          (LOCKSTEP_PROBE_CACHE=0)\n"
+               "  --verbose               print the effective settings on stderr\n");
 }
 
 int main(int argc, char **argv) {
@@ -45,7 +30,11 @@ int main(int argc, char **argv) {
         usage(stderr);
         return CLI_USAGE;
     }
-    if (take_device(&argc, argv) != 0) return CLI_USAGE;
+    if (cli_settings_init(&argc, argv) != 0) return CLI_USAGE;
+    if (argc < 2) { /* only common options */
+        usage(stderr);
+        return CLI_USAGE;
+    }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);

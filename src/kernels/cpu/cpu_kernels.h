@@ -21,8 +21,12 @@
 
 typedef enum { LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1 } ls_isa;
 
-/* Best ISA this CPU supports (runtime check), clamped by LOCKSTEP_ISA=scalar if set. */
+/* Best ISA this CPU supports (runtime check), or scalar when forced (ls_cpu_isa_set); chosen
+ * once per process, at the first call. */
 ls_isa ls_cpu_isa(void);
+/* "auto" (or NULL) or "scalar" (ls_test_control LS_TESTCTL_ISA). LS_ERR_ARG for another
+ * name; LS_ERR when the ISA is already chosen and differs. */
+int ls_cpu_isa_set(const char *isa);
 
 /* Quantize (or copy) one activation row of k floats to act_type (LS_TYPE_Q8_0, LS_TYPE_Q8_K
  * or LS_TYPE_F32); dst must hold ls_row_size(act_type, k) bytes. */

@@ -66,7 +66,7 @@ float ls_dot_f16_f32_isa(ls_isa isa, const uint16_t *a_f16, const float *b, int6
     return ls_dot_f16_f32_scalar(a_f16, b, n);
 }
 
-/* Resolved once: attention calls these per key, so no getenv/cpuid per call.
+/* Resolved once: attention calls these per key, so no cpuid per call.
  * -1 = not yet resolved; a benign race resolves it twice to the same value. */
 static atomic_int g_dot_isa = -1;
 

@@ -1,10 +1,14 @@
 /* Runtime ISA selection and the (type, ISA) -> kernel lookup.
  *
  * AVX2 kernels need AVX2 + FMA + F16C (the *_avx2.c files are compiled with all three).
- * LOCKSTEP_ISA=scalar forces the scalar reference everywhere, which gives the same bits
- * (tests memcmp the two), only slower: useful to rule out a SIMD bug in the field. */
-#include <stdlib.h>
+ * ls_test_control(LS_TESTCTL_ISA, "scalar") (the CLI's --isa scalar, LOCKSTEP_ISA=scalar)
+ * forces the scalar reference everywhere, which gives the same bits (tests memcmp the two),
+ * only slower: useful to rule out a SIMD bug in the field. */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
+
+#include "lockstep.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -23,9 +27,12 @@ static ls_isa isa_hw_detect(void) {
     return LS_ISA_SCALAR;
 }
 
-/* Both answers are computed once: kernels ask on hot paths. The benign race on first use
- * stores the same value from every thread. */
-static int g_hw = -1, g_isa = -1;
+/* Both answers are computed once: kernels ask on hot paths (and some callers keep their own
+ * copy of the answer). The benign race on first use stores the same value from every
+ * thread. g_force_scalar is read when g_isa is resolved. */
+static int g_hw = -1;
+static atomic_int g_isa = -1;
+static atomic_bool g_force_scalar;
 
 static ls_isa isa_hw(void) {
     if (g_hw < 0) g_hw = (int)isa_hw_detect();
@@ -33,11 +40,27 @@ static ls_isa isa_hw(void) {
 }
 
 ls_isa ls_cpu_isa(void) {
-    if (g_isa < 0) {
-        const char *env = getenv("LOCKSTEP_ISA");
-        g_isa = env && strcmp(env, "scalar") == 0 ? (int)LS_ISA_SCALAR : (int)isa_hw();
+    int v = atomic_load_explicit(&g_isa, memory_order_relaxed);
+    if (v < 0) {
+        v = atomic_load(&g_force_scalar) ? (int)LS_ISA_SCALAR : (int)isa_hw();
+        atomic_store(&g_isa, v);
     }
-    return (ls_isa)g_isa;
+    return (ls_isa)v;
+}
+
+int ls_cpu_isa_set(const char *isa) {
+    bool scalar;
+    if (isa && !strcmp(isa, "scalar"))
+        scalar = true;
+    else if (!isa || !strcmp(isa, "auto"))
+        scalar = false;
+    else
+        return LS_ERR_ARG;
+    int want = scalar ? (int)LS_ISA_SCALAR : (int)isa_hw();
+    int v = atomic_load(&g_isa);
+    if (v >= 0) return v == want ? LS_OK : LS_ERR; /* already chosen: the kernels keep it */
+    atomic_store(&g_force_scalar, scalar);
+    return LS_OK;
 }
 
 ls_vec_dot_fn ls_vec_dot_get(ls_type wt, ls_isa isa) {

@@ -166,7 +166,7 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
     ls_pool_run(pool, mm_worker, &j);
 }
 
-/* The ISA is resolved once per process (LOCKSTEP_ISA is read at the first call). */
+/* The ISA is resolved once per process (ls_cpu_isa, at its first call). */
 void ls_matmul(ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X, int64_t x_stride,
                int64_t M, float *Y, int64_t y_stride, void *scratch) {
     static atomic_int isa = -1; /* a race only computes the same value twice */

@@ -120,7 +120,7 @@ static float mlx_dot_scalar(const ls_weight *w, int64_t row, const float *x, con
     return (a0 + a2) + (a1 + a3);
 }
 
-/* AVX2 + FMA + F16C present (the *_avx2.c flags), ignoring LOCKSTEP_ISA: the explicit-ISA
+/* AVX2 + FMA + F16C present (the *_avx2.c flags), ignoring a forced scalar ISA: the explicit-ISA
  * entry points must never run an instruction the CPU lacks. Cached; a race stores the
  * same value twice. */
 static int mlx_hw_avx2(void) {

@@ -27,7 +27,8 @@
  * recorded launches into a new graph first. The graph holds exactly the kernels the ops
  * would have launched, with the same arguments and the same parameter values, so replay
  * gives the same bits as direct launches (test-cuda.sh compares them over 700 chained
- * steps). LOCKSTEP_CUDA_GRAPHS=0 (read when an instance is created) launches ops directly.
+ * steps). With graphs off (ls_backend_graphs, read when an instance is created; the CLI's
+ * --no-cuda-graphs or LOCKSTEP_CUDA_GRAPHS=0) ops are launched directly.
  * Between step_begin and step_end no alloc, release, upload, download, sync, map or unmap
  * may happen (each aborts if tried).
  *
@@ -315,7 +316,7 @@ struct CudaBackend {
     size_t attn_bytes;
     void *mm_scratch; /* quantized activations of the integer matmul (mmq.cu) */
     size_t mm_bytes;
-    bool graphs;  /* LOCKSTEP_CUDA_GRAPHS != "0" */
+    bool graphs;  /* ls_backend_graphs() at creation */
     bool in_step; /* between step_begin and step_end */
     int64_t step_key;
     /* the step being recorded (graphs on) */
@@ -859,8 +860,7 @@ ls_backend *cu_create(const ls_backend_params *p) {
     if (!c) return nullptr;
     c->base.ops = &g_ops;
     c->base.impl = c;
-    const char *env = getenv("LOCKSTEP_CUDA_GRAPHS");
-    c->graphs = !(env && strcmp(env, "0") == 0);
+    c->graphs = ls_backend_graphs();
 
     QueueLock q;
     q.forbid_capture("create");

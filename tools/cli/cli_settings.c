@@ -1,0 +1,152 @@
+/* Process-wide settings of the CLI (docs/settings.md): the options every subcommand takes
+ * (--device, --isa, --no-cuda-graphs, --no-probe-cache, --verbose) and the documented
+ * environment variables, mapped onto ls_test_control. The library reads no environment
+ * variable; this file is where the CLI and the server read them. Command-line options win
+ * over the environment. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+cli_settings cli_cfg = {.isa = "auto", .cuda_graphs = true, .probe_cache = true};
+
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static bool env_off(const char *name) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0");
+}
+
+/* LOCKSTEP_TEST_FAULT: LAYER:STAGE (the exactness probe's verify blocks) or
+ * alloc:SITE[:COUNT] (allocation failures; COUNT defaults to 1). */
+static bool parse_fault(const char *v) {
+    static char stage[32], site[32];
+    if (!strncmp(v, "alloc:", 6)) {
+        int n = 1, used = 0;
+        const char *rest = v + 6;
+        if (sscanf(rest, "%31[a-z]%n", site, &used) != 1) return false;
+        if (rest[used] == ':' && (sscanf(rest + used + 1, "%d%n", &n, &used) != 1 || n < 1)) return false;
+        cli_cfg.fault_alloc_site = site;
+        cli_cfg.fault_alloc_count = n;
+        return true;
+    }
+    int layer, end = 0;
+    if (sscanf(v, "%d:%31[a-z-]%n", &layer, stage, &end) != 2 || v[end]) return false;
+    cli_cfg.fault_layer = layer;
+    cli_cfg.fault_stage = stage;
+    return true;
+}
+
+static bool settings_from_env(void) {
+    const char *isa = getenv("LOCKSTEP_ISA");
+    if (isa && !strcmp(isa, "scalar")) cli_cfg.isa = "scalar";
+    if (env_off("LOCKSTEP_CUDA_GRAPHS")) cli_cfg.cuda_graphs = false;
+    if (env_off("LOCKSTEP_PROBE_CACHE")) cli_cfg.probe_cache = false;
+    cli_cfg.probe_trace = env_on("LOCKSTEP_PROBE_TRACE");
+    const char *fault = getenv("LOCKSTEP_TEST_FAULT");
+    if (fault && *fault && !parse_fault(fault)) {
+        fprintf(stderr, "lockstep: LOCKSTEP_TEST_FAULT must be LAYER:STAGE or alloc:SITE[:COUNT], got '%s'\n", fault);
+        return false;
+    }
+    /* The probe memo's default folder: $XDG_CACHE_HOME/lockstep/probe, else
+     * ~/.cache/lockstep/probe; none when neither variable is set. */
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(cli_cfg.probe_cache_dir, sizeof cli_cfg.probe_cache_dir, "%s/lockstep/probe", xdg);
+    else if (home && *home)
+        snprintf(cli_cfg.probe_cache_dir, sizeof cli_cfg.probe_cache_dir, "%s/.cache/lockstep/probe", home);
+    return true;
+}
+
+/* Removes argv[i] and the n values after it. */
+static void drop_args(int *argc, char **argv, int i, int n) {
+    for (int j = i; j + n + 1 <= *argc; j++) argv[j] = argv[j + n + 1];
+    *argc -= n + 1;
+}
+
+int cli_settings_init(int *argc, char **argv) {
+    if (!settings_from_env()) return -1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--device") || !strcmp(a, "--isa")) {
+            bool dev = a[2] == 'd';
+            if (i + 1 >= *argc) {
+                fprintf(stderr, "lockstep: %s needs a value (%s)\n", a, dev ? "cpu, cuda or auto" : "auto or scalar");
+                return -1;
+            }
+            const char *v = argv[i + 1];
+            if (dev && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
+                fprintf(stderr, "lockstep: --device must be cpu, cuda or auto, got '%s'\n", v);
+                return -1;
+            }
+            if (!dev && strcmp(v, "auto") && strcmp(v, "scalar")) {
+                fprintf(stderr, "lockstep: --isa must be auto or scalar, got '%s'\n", v);
+                return -1;
+            }
+            if (dev)
+                cli_cfg.device = v;
+            else
+                cli_cfg.isa = v;
+            drop_args(argc, argv, i--, 1);
+        } else if (!strcmp(a, "--no-cuda-graphs")) {
+            cli_cfg.cuda_graphs = false;
+            drop_args(argc, argv, i--, 0);
+        } else if (!strcmp(a, "--no-probe-cache")) {
+            cli_cfg.probe_cache = false;
+            drop_args(argc, argv, i--, 0);
+        } else if (!strcmp(a, "--verbose")) {
+            cli_cfg.verbose = true;
+            drop_args(argc, argv, i--, 0);
+        }
+    }
+    /* Applied now, before any model, session or kernel exists (the ISA is chosen once). */
+    if (ls_test_control(LS_TESTCTL_ISA, cli_cfg.isa) != LS_OK) {
+        fprintf(stderr, "lockstep: could not set the ISA to '%s'\n", cli_cfg.isa);
+        return -1;
+    }
+    ls_test_control(LS_TESTCTL_CUDA_GRAPHS, (int)cli_cfg.cuda_graphs);
+    if (ls_test_control(LS_TESTCTL_PROBE_MEMO_DIR, cli_cfg.probe_cache ? cli_cfg.probe_cache_dir : NULL) != LS_OK) {
+        fprintf(stderr, "lockstep: probe cache folder '%s' is too long\n", cli_cfg.probe_cache_dir);
+        return -1;
+    }
+    cli_set_probe_trace(cli_cfg.probe_trace);
+    if (cli_cfg.fault_stage) {
+        if (ls_test_control(LS_TESTCTL_FAULT_PROBE, cli_cfg.fault_layer, cli_cfg.fault_stage) != LS_OK) {
+            fprintf(stderr,
+                    "lockstep: LOCKSTEP_TEST_FAULT: unknown stage '%s' (attention, mlp, layer-output, final-norm, "
+                    "lm-head)\n",
+                    cli_cfg.fault_stage);
+            return -1;
+        }
+        fprintf(stderr, "lockstep: TEST FAULT INJECTION: layer %d %s in the verify-block path\n", cli_cfg.fault_layer,
+                cli_cfg.fault_stage);
+    }
+    if (cli_cfg.fault_alloc_site) {
+        if (ls_test_control(LS_TESTCTL_FAULT_ALLOC, cli_cfg.fault_alloc_site, cli_cfg.fault_alloc_count) != LS_OK) {
+            fprintf(stderr, "lockstep: LOCKSTEP_TEST_FAULT: unknown allocation site '%s' (sampler, model)\n",
+                    cli_cfg.fault_alloc_site);
+            return -1;
+        }
+        fprintf(stderr, "lockstep: TEST FAULT INJECTION: %d allocation failure(s) at '%s'\n", cli_cfg.fault_alloc_count,
+                cli_cfg.fault_alloc_site);
+    }
+    return 0;
+}
+
+void cli_set_probe_trace(bool on) {
+    cli_cfg.probe_trace = on;
+    ls_test_control(LS_TESTCTL_PROBE_TRACE, (int)on);
+}
+
+void cli_print_settings(void) {
+    static bool printed;
+    if (!cli_cfg.verbose || printed) return;
+    printed = true;
+    char line[1400];
+    ls_test_control(LS_TESTCTL_DESCRIBE, line, sizeof line);
+    fprintf(stderr, "lockstep settings: device=%s %s\n", cli_cfg.device ? cli_cfg.device : "auto", line);
+}
