@@ -275,18 +275,45 @@ typedef struct {
     float *logits, *hnext; /* [K][vocab], [K][backbone] */
 } chain;
 
+/* The reference rounds are greedy: each draft is the argmax of its step's logits (lowest id
+ * on ties); every step's logits and hnext are kept for the comparison. */
+typedef struct {
+    chain *c;
+    ls_backend *be;
+    int32_t vocab, backbone;
+} greedy_ctx;
+
+static int32_t greedy_choose(void *ud, int32_t step, const float *logits, const float *hnext) {
+    greedy_ctx *g = ud;
+    memcpy(g->c->logits + (int64_t)step * g->vocab, logits, sizeof(float) * (size_t)g->vocab);
+    g->be->ops->download(g->be, g->c->hnext + (int64_t)step * g->backbone, hnext, sizeof(float) * (size_t)g->backbone);
+    int32_t best = 0;
+    for (int32_t i = 1; i < g->vocab; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* One round through the drafting loop the assistant drafter runs (ls_assistant_draft). */
 static void run_chain(ls_assistant *a, ls_backend *be, const target_embd *te, const round_in *in,
                       const ls_assistant_info *inf, chain *c) {
     c->logits = malloc(sizeof(float) * K_DRAFT * (size_t)inf->vocab);
     c->hnext = malloc(sizeof(float) * K_DRAFT * (size_t)inf->backbone);
+    float *lg = malloc(sizeof(float) * (size_t)inf->vocab);
+    float *hprev = be->ops->alloc(be, sizeof(float) * (size_t)inf->backbone);
     assert_non_null(c->logits);
     assert_non_null(c->hnext);
+    assert_non_null(lg);
+    assert_non_null(hprev);
+    be->ops->upload(be, hprev, in->hprev, sizeof(float) * (size_t)inf->backbone);
     ls_asst_embd e = {&te->w, sqrtf((float)te->w.cols)};
     assert_true(e.scale == 8.0f);
-    int rc = ls_assistant_propose(a, be, &e, in->bonus, in->hprev, in->P, &in->kv_s, &in->kv_f, K_DRAFT, c->tokens,
-                                  c->logits, c->hnext);
-    if (rc != K_DRAFT) print_error("propose: %s\n", ls_assistant_error(a));
+    greedy_ctx g = {c, be, inf->vocab, inf->backbone};
+    int rc = ls_assistant_draft(a, be, &e, in->bonus, hprev, in->P, &in->kv_s, &in->kv_f, K_DRAFT, greedy_choose, &g,
+                                lg, c->tokens);
+    if (rc != K_DRAFT) print_error("draft: %s\n", ls_assistant_error(a));
     assert_int_equal(rc, K_DRAFT);
+    be->ops->release(be, hprev);
+    free(lg);
 }
 
 static void chain_free(chain *c) {

@@ -9,8 +9,11 @@
  *   - token embeddings: the target's table times its embedding scale.
  * Step 1 feeds (bonus, hprev), step k feeds (d_{k-1}, hnext_{k-1}), all at position P. Each
  * draft is chosen with the target's sampler at its absolute position (greedy when asked),
- * like the draft-model drafter. Anything unusable (no hidden row for P-1, a cache not
- * covering the window) makes it propose nothing rather than fail the generation. */
+ * like the draft-model drafter (its sampler scratch is the drafter's own, sized at
+ * creation). The loop itself is ls_assistant_draft (model/assistant.c), which the reference
+ * tests run too. Anything unusable (no hidden row for P-1, a cache not covering the window)
+ * makes it propose nothing rather than fail the generation; a step that fails says why in
+ * the log (once at WARN, then at DEBUG). */
 #include "lockstep.h"
 
 #include <stdio.h>
@@ -19,13 +22,15 @@
 
 #include "core/log.h"
 #include "decode/drafter.h"
+#include "decode/sampler.h"
 #include "format/hf_config.h"
 #include "model/assistant.h"
 #include "model/model.h"
 #include "model/session.h"
 
 /* The drafter runs on the target's device (it reads the target's K/V and hidden rows
- * there); emb, h and tok are that backend's memory, logits and hist host memory. */
+ * there, into the assistant's scratch in that backend's memory); logits and hist are host
+ * memory. */
 typedef struct {
     ls_assistant *a;
     const ls_device_kind *kind;
@@ -33,11 +38,27 @@ typedef struct {
     ls_backend *be;
     const ls_model *target;
     int32_t vocab, bb, n_ctx;
-    float *emb, *h; /* [bb], [bb] */
-    int32_t *tok;   /* [1] */
-    float *logits;  /* [vocab] */
-    int32_t *hist;  /* [n_ctx] history + drafts, for the sampler's penalties */
+    float *logits;      /* [vocab] */
+    int32_t *hist;      /* [n_ctx] history + drafts, for the sampler's penalties */
+    ls_sampler sampler; /* scratch for choosing drafts */
 } asst_impl;
+
+/* Each draft: the target's sampler at the draft's absolute position, over the history plus
+ * the drafts so far. */
+typedef struct {
+    asst_impl *ai;
+    const ls_sampling *sp;
+    int32_t n; /* history length: draft j is at position n + j */
+} choose_ctx;
+
+static int32_t asst_choose(void *ud, int32_t step, const float *logits, const float *hnext) {
+    (void)hnext;
+    choose_ctx *c = ud;
+    int32_t pos = c->n + step;
+    int32_t tok = ls_sampler_sample(&c->ai->sampler, c->sp, logits, c->ai->hist, pos);
+    c->ai->hist[pos] = tok;
+    return tok;
+}
 
 static void kv_view(const ls_kv_layer *c, int32_t n_kv, int32_t hd, ls_asst_kv *v) {
     v->k = c->k;
@@ -67,24 +88,13 @@ static int32_t asst_propose(ls_drafter *d, ls_session *target, const int32_t *hi
     ls_sampling g = *sp;
     if (greedy) g.temperature = 0;
     memcpy(ai->hist, hist, sizeof(int32_t) * (size_t)n);
-    const ls_backend_ops *op = ai->be->ops;
-    op->copy(ai->be, ai->h, hprev, sizeof(float) * (size_t)ai->bb);
-    const ls_weight *E = &ai->target->tok_embd;
-    float scale = ai->target->cfg.embd_scale;
-    int32_t tok = hist[n - 1], cnt = 0;
-    while (cnt < max) {
-        op->upload(ai->be, ai->tok, &tok, sizeof tok);
-        op->get_rows(ai->be, E, ai->tok, 1, ai->emb);
-        op->scale(ai->be, ai->emb, scale, ai->bb);
-        /* hprev (ai->h) is consumed first, so hnext may overwrite it */
-        if (ls_assistant_step(ai->a, ai->be, ai->emb, ai->h, P, cs ? &vs : NULL, cf ? &vf : NULL, ai->logits, ai->h) !=
-            0)
-            break;
-        int32_t pos = n + cnt;
-        tok = ls_sample(&g, ai->logits, ai->vocab, ai->hist, pos);
-        if (tok < 0 || tok >= ai->vocab) break;
-        out[cnt++] = tok;
-        ai->hist[pos] = tok;
+    ls_asst_embd e = {&ai->target->tok_embd, ai->target->cfg.embd_scale};
+    choose_ctx cc = {ai, &g, n};
+    int32_t cnt = ls_assistant_draft(ai->a, ai->be, &e, hist[n - 1], hprev, P, cs ? &vs : NULL, cf ? &vf : NULL, max,
+                                     asst_choose, &cc, ai->logits, out);
+    if (cnt < 0) {
+        LS_LOG_ONCE(LS_LOG_WARN, "assistant drafter: no drafts this round: %s", ls_assistant_error(ai->a));
+        return 0;
     }
     return cnt;
 }
@@ -114,16 +124,12 @@ static void asst_free(ls_drafter *d) {
     if (!d) return;
     asst_impl *ai = d->impl;
     if (ai) {
-        if (ai->be) {
-            if (ai->emb) ai->be->ops->release(ai->be, ai->emb);
-            if (ai->h) ai->be->ops->release(ai->be, ai->h);
-            if (ai->tok) ai->be->ops->release(ai->be, ai->tok);
-        }
         if (ai->a && ai->mapped) ls_assistant_for_each_range(ai->a, unmap_range, (void *)ai->kind);
         ls_assistant_free(ai->a); /* frees its scratch with ai->be: before the backend */
         if (ai->be) ai->be->ops->free(ai->be);
         free(ai->logits);
         free(ai->hist);
+        ls_sampler_free(&ai->sampler);
         free(ai);
     }
     free(d);
@@ -203,17 +209,17 @@ int ls_drafter_assistant_create(const char *dir, const ls_model *target, int32_t
                             .max_cols = ls_assistant_max_cols(ai->a),
                             .max_keys = n_ctx};
     ai->be = ai->kind->create(&bp);
-    if (ai->be) {
-        ai->emb = ai->be->ops->alloc(ai->be, sizeof(float) * (size_t)ai->bb);
-        ai->h = ai->be->ops->alloc(ai->be, sizeof(float) * (size_t)ai->bb);
-        ai->tok = ai->be->ops->alloc(ai->be, sizeof(int32_t));
-    }
     ai->logits = malloc(sizeof(float) * (size_t)ai->vocab);
     ai->hist = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    if (!ai->be || !ai->emb || !ai->h || !ai->tok || !ai->logits || !ai->hist) {
+    if (!ai->be || !ai->logits || !ai->hist) {
         asst_free(d);
         snprintf(err, errlen, "out of memory creating the assistant drafter");
         return LS_ERR_NOMEM;
+    }
+    int rc = ls_sampler_init(&ai->sampler, ai->vocab, err, errlen);
+    if (rc != LS_OK) {
+        asst_free(d);
+        return rc;
     }
     *out = d;
     return LS_OK;

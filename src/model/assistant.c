@@ -735,39 +735,27 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
     return 0;
 }
 
-int ls_assistant_propose(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd, int32_t bonus, const float *hprev,
-                         int32_t P, const ls_asst_kv *kv_sliding, const ls_asst_kv *kv_full, int32_t k, int32_t *out,
-                         float *step_logits, float *step_hnext) {
+int ls_assistant_draft(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd, int32_t bonus, const float *hprev,
+                       int32_t P, const ls_asst_kv *kv_sliding, const ls_asst_kv *kv_full, int32_t k,
+                       ls_asst_choose_fn choose, void *ud, float *logits, int32_t *out) {
     if (!embd || !embd->table || embd->table->cols != a->bb || embd->table->rows < a->vocab)
-        return serr(a, "assistant propose: target embedding table must be [>= %d, %d]", a->vocab, a->bb);
-    if (k < 0) return serr(a, "assistant propose: negative draft count %d", k);
-    if (scratch_bind(a, be) != 0) return serr(a, "assistant propose: out of memory for its buffers");
+        return serr(a, "assistant draft: target embedding table must be [>= %d, %d]", a->vocab, a->bb);
+    if (k < 0) return serr(a, "assistant draft: negative draft count %d", k);
+    if (scratch_bind(a, be) != 0) return serr(a, "assistant draft: out of memory for its buffers on %s", be->ops->name);
     const ls_backend_ops *op = be->ops;
-    float *lg = malloc(sizeof(float) * (size_t)a->vocab);
-    if (!lg) return serr(a, "assistant propose: out of memory");
-    op->upload(be, a->hcur, hprev, sizeof(float) * (size_t)a->bb);
-    int32_t tok = bonus;
-    for (int32_t s = 0; s < k; s++) {
-        if (tok < 0 || tok >= embd->table->rows) {
-            free(lg);
-            return serr(a, "assistant propose: token %d outside the target vocabulary", tok);
-        }
+    op->copy(be, a->hcur, hprev, sizeof(float) * (size_t)a->bb);
+    int32_t tok = bonus, cnt = 0;
+    while (cnt < k) {
+        if (tok < 0 || tok >= embd->table->rows)
+            return serr(a, "assistant draft: token %d outside the target vocabulary", tok);
         op->upload(be, a->tok, &tok, sizeof tok);
         op->get_rows(be, embd->table, a->tok, 1, a->emb);
         op->scale(be, a->emb, embd->scale, a->bb);
         /* hprev is consumed at the start of the step, so hnext may land in hcur itself */
-        if (ls_assistant_step(a, be, a->emb, a->hcur, P, kv_sliding, kv_full, lg, a->hcur) != 0) {
-            free(lg);
-            return -1;
-        }
-        if (step_logits) memcpy(step_logits + (int64_t)s * a->vocab, lg, sizeof(float) * (size_t)a->vocab);
-        if (step_hnext) op->download(be, step_hnext + (int64_t)s * a->bb, a->hcur, sizeof(float) * (size_t)a->bb);
-        int32_t best = 0;
-        for (int32_t i = 1; i < a->vocab; i++)
-            if (lg[i] > lg[best]) best = i;
-        out[s] = best;
-        tok = best;
+        if (ls_assistant_step(a, be, a->emb, a->hcur, P, kv_sliding, kv_full, logits, a->hcur) != 0) return -1;
+        tok = choose(ud, cnt, logits, a->hcur);
+        if (tok < 0) break;
+        out[cnt++] = tok;
     }
-    free(lg);
-    return k;
+    return cnt;
 }

@@ -88,13 +88,20 @@ int64_t ls_assistant_max_cols(const ls_assistant *a);
 int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_scaled, const float *hprev, int32_t P,
                       const ls_asst_kv *kv_sliding, const ls_asst_kv *kv_full, float *logits, float *hnext);
 
-/* Greedy proposals (spec 5.6 step 2): step 1 feeds (bonus, hprev), step k > 1 feeds
- * (d_{k-1}, hnext of step k-1), all at position P; d_k = argmax of step k's logits (lowest id
- * on ties). hprev, step_logits and step_hnext are host memory (tests use it). Writes k tokens to out; step_logits
- * [k][vocab] and step_hnext [k][backbone] when non-NULL. Returns k, or -1 (ls_assistant_error). */
-int ls_assistant_propose(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd, int32_t bonus, const float *hprev,
-                         int32_t P, const ls_asst_kv *kv_sliding, const ls_asst_kv *kv_full, int32_t k, int32_t *out,
-                         float *step_logits, float *step_hnext);
+/* Chooses the draft after a step: logits [vocab] host memory, hnext [backbone] memory of the
+ * step's backend, step 0 for the first draft. Returns the token (fed to the next step), or
+ * < 0 to stop drafting. */
+typedef int32_t (*ls_asst_choose_fn)(void *ud, int32_t step, const float *logits, const float *hnext);
+
+/* The drafting loop (spec 5.6 step 2), the one the assistant drafter runs: step 1 feeds
+ * (bonus, hprev), step j > 1 feeds (d_{j-1}, hnext of step j-1), all at position P, and
+ * d_j = choose(ud, j - 1, logits of step j, hnext of step j). hprev: [backbone] memory of
+ * backend be (the target's final-normed hidden row at P-1); logits: a host buffer of [vocab]
+ * floats each step writes. Writes the drafts to out and returns their count (< k when choose
+ * stops), or -1 (ls_assistant_error says why). */
+int ls_assistant_draft(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd, int32_t bonus, const float *hprev,
+                       int32_t P, const ls_asst_kv *kv_sliding, const ls_asst_kv *kv_full, int32_t k,
+                       ls_asst_choose_fn choose, void *ud, float *logits, int32_t *out);
 
 /* Tests only: replace the sliding window the drafter's sliding layers use. With W + 2 the
  * visible keys become [P-W-1, P-1], which reproduces transformers 5.x's drafter (see the
@@ -105,7 +112,7 @@ void ls_assistant_override_window(ls_assistant *a, int32_t window);
  * for ls_device_kind.map_const. */
 int ls_assistant_for_each_range(const ls_assistant *a, int (*fn)(void *ud, const void *base, size_t bytes), void *ud);
 
-/* Message of the last failed step / propose. */
+/* Message of the last failed step / draft. */
 const char *ls_assistant_error(const ls_assistant *a);
 
 #endif
