@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -228,7 +229,25 @@ static void test_concurrent_speculative(void **state) {
     concurrent(true);
 }
 
-/* A bad request fails alone; the others in its step are served. */
+/* A bad request fails alone; the others in its step are served. The batcher is held while
+ * three sessions queue their evals (a bad token id, and two good prompts), so all three are
+ * taken into ONE step (the step count proves it); the bad one gets its error, the good ones
+ * their logits, bit-identical to a forward of their rows alone. */
+typedef struct {
+    ls_session *s;
+    const int32_t *tokens;
+    int32_t n;
+    float *logits;
+    int rc;
+    char err[256];
+} eval_job;
+
+static void *eval_thread(void *arg) {
+    eval_job *j = arg;
+    j->rc = ls_session_eval(j->s, j->tokens, j->n, j->n - 1, j->logits, j->err, sizeof j->err);
+    return NULL;
+}
+
 static void test_bad_segment_fails_alone(void **state) {
     (void)state;
     char err[256];
@@ -237,15 +256,48 @@ static void test_bad_segment_fails_alone(void **state) {
     bp.n_threads = 1;
     bp.n_ctx = 512;
     assert_int_equal(ls_batcher_create(g_model, &bp, &b, err, sizeof err), LS_OK);
-    ls_session *s = new_session(16, 1);
-    assert_int_equal(ls_session_attach(s, b, err, sizeof err), LS_OK);
-    int32_t bad = FIXTURE_N_VOCAB + 5, good[2] = {FIXTURE_BOS, FIXTURE_FIRST_PIECE};
-    float logits[FIXTURE_N_VOCAB];
-    assert_int_equal(ls_session_eval(s, &bad, 1, 0, logits, err, sizeof err), LS_ERR_ARG);
-    assert_non_null(strstr(err, "out of range"));
-    assert_int_equal(ls_session_pos(s), 0);
-    assert_int_equal(ls_session_eval(s, good, 2, 1, logits, err, sizeof err), LS_OK);
-    assert_int_equal(ls_session_pos(s), 2);
+    enum { NG = 5 };
+    int32_t bad = FIXTURE_N_VOCAB + 5, good[2][NG];
+    fill_prompt(good[0], NG, 11);
+    fill_prompt(good[1], NG, 12);
+    float ref[2][FIXTURE_N_VOCAB], out[3][FIXTURE_N_VOCAB];
+    for (int g = 0; g < 2; g++) { /* each good prompt alone, without a batcher */
+        ls_session *solo = new_session(16, 1);
+        assert_int_equal(ls_session_eval(solo, good[g], NG, NG - 1, ref[g], err, sizeof err), LS_OK);
+        ls_session_free(solo);
+    }
+    eval_job jobs[3] = {{.tokens = &bad, .n = 1}, {.tokens = good[0], .n = NG}, {.tokens = good[1], .n = NG}};
+    for (int i = 0; i < 3; i++) {
+        jobs[i].s = new_session(16, 1);
+        jobs[i].logits = out[i];
+        assert_int_equal(ls_session_attach(jobs[i].s, b, err, sizeof err), LS_OK);
+    }
+    ls_batcher_stats before, after;
+    ls_batcher_get_stats(b, &before);
+    ls_batcher_hold(b, true);
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(pthread_create(&th[i], NULL, eval_thread, &jobs[i]), 0);
+    for (int w = 0; ls_batcher_n_queued(b) < 3; w++) {
+        assert_true(w < 10000); /* 10 s */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    ls_batcher_hold(b, false);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    ls_batcher_get_stats(b, &after);
+    assert_int_equal(after.steps - before.steps, 1);       /* one step took all three */
+    assert_int_equal(after.segments - before.segments, 2); /* ... and ran the two good ones */
+    assert_int_equal(jobs[0].rc, LS_ERR_ARG);
+    assert_non_null(strstr(jobs[0].err, "out of range"));
+    assert_int_equal(ls_session_pos(jobs[0].s), 0);
+    for (int g = 0; g < 2; g++) {
+        if (jobs[1 + g].rc != LS_OK) fail_msg("good request %d in the bad one's step: %s", g, jobs[1 + g].err);
+        assert_int_equal(ls_session_pos(jobs[1 + g].s), NG);
+        assert_memory_equal(out[1 + g], ref[g], sizeof ref[g]);
+    }
+    ls_session *s = jobs[1].s;
+    ls_session_free(jobs[0].s);
+    ls_session_free(jobs[2].s);
     /* too many rows for the session */
     int32_t many[17] = {0};
     assert_int_equal(ls_session_eval(s, many, 17, 0, NULL, err, sizeof err), LS_ERR_ARG);

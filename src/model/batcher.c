@@ -42,6 +42,7 @@ struct ls_batcher {
     int32_t max_rows, max_logit_rows, n_ctx;
     pthread_t th;
     bool started, stop;
+    bool hold; /* tests: take nothing until released (ls_batcher_hold) */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     breq *head;
@@ -96,7 +97,7 @@ static void *batcher_main(void *arg) {
     ls_fwd_seg segs[LS_MAX_SEGS];
     pthread_mutex_lock(&b->mu);
     for (;;) {
-        while (!b->head && !b->stop) pthread_cond_wait(&b->cv_work, &b->mu);
+        while ((!b->head || b->hold) && !b->stop) pthread_cond_wait(&b->cv_work, &b->mu);
         if (!b->head) break; /* stopping and nothing queued */
         double wait = b->last_step_ms * 0.5;
         if (wait > 10) wait = 10;
@@ -174,6 +175,21 @@ void ls_batcher_idle(ls_batcher *b, ls_session *s) {
     s->batch_idle = true;
     pthread_cond_signal(&b->cv_work);
     pthread_mutex_unlock(&b->mu);
+}
+
+void ls_batcher_hold(ls_batcher *b, bool on) {
+    pthread_mutex_lock(&b->mu);
+    b->hold = on;
+    pthread_cond_signal(&b->cv_work);
+    pthread_mutex_unlock(&b->mu);
+}
+
+int ls_batcher_n_queued(ls_batcher *b) {
+    pthread_mutex_lock(&b->mu);
+    int n = 0;
+    for (const breq *r = b->head; r; r = r->next) n++;
+    pthread_mutex_unlock(&b->mu);
+    return n;
 }
 
 ls_batcher_params ls_batcher_default_params(void) {

@@ -162,5 +162,9 @@ void ls_moe_forward(ls_backend *be, ls_workspace *ws, const ls_model *m, int lay
 /* Batcher internals used by session.c / generate.c. */
 int ls_batcher_eval(struct ls_batcher *b, ls_fwd_seg *seg, char *err, size_t errlen);
 void ls_batcher_idle(struct ls_batcher *b, ls_session *s);
+/* Tests: hold the batcher before its next step (on) until released (off), so that evals
+ * queued meanwhile share one step; and the number of queued evals. */
+void ls_batcher_hold(struct ls_batcher *b, bool on);
+int ls_batcher_n_queued(struct ls_batcher *b);
 
 #endif
