@@ -40,12 +40,11 @@
 #include "llama.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: llama-logits -m MODEL (--tokens ID,ID,... | --tokens-file FILE | -p TEXT | -f FILE)\n"
-            "                    [-o FILE] [-ngl N] [-t N] [-c N] [-b N] [-fa on|off|auto] [--kv f16|f32]\n"
-            "                    [--print-tokens] [-v]\n"
-            "  writes float32 logits [positions x vocab], little-endian, to -o FILE or stdout\n"
-            "  -ngl 0 (default): CPU only, no device, no op offload; -ngl 99: everything on the GPU\n");
+    fprintf(f, "usage: llama-logits -m MODEL (--tokens ID,ID,... | --tokens-file FILE | -p TEXT | -f FILE)\n"
+               "                    [-o FILE] [-ngl N] [-t N] [-c N] [-b N] [-fa on|off|auto] [--kv f16|f32]\n"
+               "                    [--print-tokens] [-v]\n"
+               "  writes float32 logits [positions x vocab], little-endian, to -o FILE or stdout\n"
+               "  -ngl 0 (default): CPU only, no device, no op offload; -ngl 99: everything on the GPU\n");
 }
 
 static bool g_verbose = false;
@@ -253,8 +252,9 @@ int main(int argc, char **argv) {
             ggml_backend_dev_t d = ggml_backend_dev_get(i);
             enum ggml_backend_dev_type t = ggml_backend_dev_type(d);
             if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) {
-                if (n_gpu++ == 0) snprintf(dev_desc, sizeof dev_desc, "%s (%s)", ggml_backend_dev_name(d),
-                                           ggml_backend_dev_description(d));
+                if (n_gpu++ == 0)
+                    snprintf(dev_desc, sizeof dev_desc, "%s (%s)", ggml_backend_dev_name(d),
+                             ggml_backend_dev_description(d));
             }
         }
         if (n_gpu == 0) { /* a CPU build (or no visible GPU) would silently compute on the CPU */
@@ -373,8 +373,7 @@ int main(int argc, char **argv) {
         char desc[256];
         llama_model_desc(model, desc, sizeof desc);
         fprintf(stderr, "llama-logits: %d positions x %d vocab, %s, %s, -ngl %d, batch %d, %d threads, %.3f s\n", n,
-                n_vocab,
-                desc, dev_desc, ngl, n_batch, n_threads, dt);
+                n_vocab, desc, dev_desc, ngl, n_batch, n_threads, dt);
     }
     llama_batch_free(batch);
     llama_free(ctx);
