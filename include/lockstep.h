@@ -224,7 +224,8 @@ typedef struct {
     ls_sampling sampling;
     /* Speculative decoding (drafter NULL = classic). */
     ls_drafter *drafter;
-    int32_t block_size; /* K: verify block rows (bonus + up to K-1 drafts), 2..16 */
+    int32_t block_size; /* K: verify block rows (bonus + up to K-1 drafts), 2..16; capped to the
+                         * session batch (logged once, in the stats) */
     bool adaptive;      /* adjust K below block_size, or turn speculation off, when it does not pay */
     ls_spec_sampling spec_sampling;
     bool allow_inexact; /* keep speculating when the exactness probe fails (loud warning) */
@@ -254,12 +255,22 @@ typedef struct {
     /* Speculative rounds (all zero for classic decoding). */
     bool speculative;          /* speculation was used */
     const char *spec_declined; /* NULL, or why speculation was declined */
-    int64_t rounds, proposed, accepted, emitted;
-    int64_t zero_accept_rounds, partial_accept_rounds, full_accept_rounds;
-    int64_t accepted_at[LS_SPEC_MAX_BLOCK]; /* drafts accepted at block position i+1 */
-    int64_t proposed_at[LS_SPEC_MAX_BLOCK];
+    /* rounds: every decode forward after the first token = verify_rounds (a block with at
+     * least one draft) + plain_steps (one row: the drafter had nothing, or the adaptive
+     * width chose 1; the latter are also counted in adaptive_plain_steps). */
+    int64_t rounds, verify_rounds, plain_steps, adaptive_plain_steps;
+    /* proposed: drafts the drafter returned; checked: those accepted or rejected (a mismatch
+     * rejects its draft and the rest of the block); drafts after the point where generation
+     * ended inside a block (an EOS, a stop) are neither. accepted <= checked <= proposed. */
+    int64_t proposed, checked, accepted, emitted;
+    int64_t zero_accept_rounds, partial_accept_rounds, full_accept_rounds; /* of checked drafts */
+    int64_t accepted_at[LS_SPEC_MAX_BLOCK];                                /* drafts accepted at block position i+1 */
+    int64_t proposed_at[LS_SPEC_MAX_BLOCK];                                /* drafts checked at block position i+1 */
     double draft_ms, verify_ms, rollback_ms, probe_ms;
     int32_t final_block_size;
+    /* K used (the verify block rows, at most the session batch) and, when the session batch
+     * capped it, the K asked for (else 0). */
+    int32_t block_size, block_size_requested;
     /* Longest forward step that served this generation (with a batcher, a shared step):
      * head-of-line stalls show here. */
     double max_step_ms;

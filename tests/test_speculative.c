@@ -458,6 +458,92 @@ static void test_stop_callback(void **state) {
     ls_drafter_free(d);
 }
 
+/* ---- round statistics ----------------------------------------------------------------------- */
+
+static void assert_perfect_acceptance(const ls_gen_stats *st, const char *what) {
+    /* the target drafting for itself: every draft that was checked is accepted */
+    if (st->accepted != st->checked)
+        fail_msg("%s: accepted %lld of %lld checked (%lld proposed), expected all", what, (long long)st->accepted,
+                 (long long)st->checked, (long long)st->proposed);
+    for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++)
+        if (st->accepted_at[i] != st->proposed_at[i])
+            fail_msg("%s: position %d: accepted %lld of %lld", what, i + 1, (long long)st->accepted_at[i],
+                     (long long)st->proposed_at[i]);
+    assert_true(st->checked <= st->proposed);
+    assert_int_equal(st->zero_accept_rounds + st->partial_accept_rounds, 0);
+}
+
+/* An EOS accepted inside a block ends generation there: the drafts after it were never
+ * checked, so they are neither accepted nor rejected (acceptance stays exactly 1 with the
+ * target as its own drafter). Same for the text callback stopping inside a block. */
+static void test_stats_stop_inside_block(void **state) {
+    (void)state;
+    ls_drafter *d = make_drafter(D_SELF, 1, N_CTX);
+    int eos_inside = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        ls_gen_params gp = params(1.0f, seed);
+        gp.ignore_eos = false;
+        gp.n_predict = 300;
+        output ref, out;
+        ls_gen_stats rs, ss;
+        generate(W.sess[1], W.prompt, N_PROMPT, &gp, &ref, &rs);
+        gp.drafter = d;
+        gp.block_size = 8;
+        generate(W.sess[1], W.prompt, N_PROMPT, &gp, &out, &ss);
+        char what[64];
+        snprintf(what, sizeof what, "eos stop, seed %d", (int)seed);
+        assert_same_stop(&ref, &rs, &out, &ss, what);
+        assert_perfect_acceptance(&ss, what);
+        if (!strcmp(ss.stop_reason, "eos") && ss.proposed > ss.checked) eos_inside++;
+    }
+    assert_true(eos_inside >= 1); /* the case happened: drafts after an accepted EOS */
+    ls_gen_params gp = params(0.8f, 9);
+    gp.drafter = d;
+    gp.block_size = 8;
+    output out;
+    ls_gen_stats ss;
+    memset(&out, 0, sizeof out);
+    char err[256];
+    assert_int_equal(ls_generate(W.sess[1], W.prompt, N_PROMPT, &gp, stop_after_8, &out, &ss, err, sizeof err), LS_OK);
+    assert_string_equal(ss.stop_reason, "stopped");
+    assert_perfect_acceptance(&ss, "callback stop");
+    ls_drafter_free(d);
+}
+
+/* Verify rounds and plain (one-row) steps are counted apart: the adaptive width always
+ * measures one plain step early on, and a drafter with nothing to propose makes plain
+ * steps of the full width. */
+static void test_stats_plain_steps(void **state) {
+    (void)state;
+    static const drafter_kind kinds[] = {D_SELF, D_NGRAM3};
+    for (int i = 0; i < 2; i++) {
+        ls_drafter *d = make_drafter(kinds[i], 1, N_CTX);
+        ls_gen_params gp = params(0.8f, 42);
+        gp.drafter = d;
+        gp.block_size = 4;
+        gp.adaptive = i == 0;
+        output out;
+        ls_gen_stats st;
+        generate(W.sess[1], W.prompt, N_PROMPT, &gp, &out, &st);
+        assert_same_output(classic_ref(1, 1), &out, drafter_names[kinds[i]]);
+        assert_true(st.speculative);
+        assert_int_equal(st.rounds, st.verify_rounds + st.plain_steps);
+        assert_true(st.verify_rounds > 0);
+        assert_true(st.plain_steps > 0);
+        if (i == 0)
+            assert_true(st.adaptive_plain_steps >= 1);
+        else
+            assert_int_equal(st.adaptive_plain_steps, 0);
+        char line[2048];
+        ls_gen_stats_format(&st, line, sizeof line);
+        char want[128];
+        snprintf(want, sizeof want, " rounds=%lld verify_rounds=%lld plain_steps=%lld ", (long long)st.rounds,
+                 (long long)st.verify_rounds, (long long)st.plain_steps);
+        if (!strstr(line, want)) fail_msg("stats line lacks '%s': %s", want, line);
+        ls_drafter_free(d);
+    }
+}
+
 /* ---- drafter and parameter validation ------------------------------------------------------ */
 
 static void test_vocab_mismatch_refused(void **state) {
@@ -491,6 +577,59 @@ static void test_block_size_checked(void **state) {
                          LS_ERR_ARG);
         assert_non_null(strstr(err, "block size"));
     }
+    ls_drafter_free(d);
+}
+
+/* A session batch smaller than K caps K (a verify block is K rows in one forward) instead of
+ * failing; a batch of one row leaves no room for a draft (classic decoding). Either way the
+ * bytes are classic decoding's. */
+static void test_block_size_capped_to_batch(void **state) {
+    (void)state;
+    static const int32_t batches[] = {1, 2, 3, 7};
+    for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
+        ls_session *s;
+        char err[256] = "";
+        ls_session_params sp = ls_session_default_params();
+        sp.n_ctx = N_CTX;
+        sp.n_threads = 1;
+        sp.n_batch = batches[b];
+        assert_int_equal(ls_session_create(W.target, &sp, &s, err, sizeof err), LS_OK);
+        ls_drafter *d = make_drafter(D_SELF, 1, N_CTX);
+        for (int ti = 0; ti < 2; ti++) {
+            ls_gen_params gp = params(ti ? 0.8f : 0.0f, 42);
+            gp.drafter = d;
+            gp.block_size = 8;
+            gp.skip_probe = ti != 0;
+            output out;
+            ls_gen_stats st;
+            generate(s, W.prompt, N_PROMPT, &gp, &out, &st);
+            char what[64];
+            snprintf(what, sizeof what, "batch %d, K 8, T=%.1f", batches[b], ti ? 0.8 : 0.0);
+            assert_same_output(classic_ref(1, ti), &out, what);
+            if (batches[b] == 1) {
+                assert_false(st.speculative);
+                assert_non_null(st.spec_declined);
+            } else {
+                assert_true(st.speculative);
+                assert_int_equal(st.block_size, batches[b]);
+                assert_int_equal(st.block_size_requested, 8);
+                assert_true(st.final_block_size <= batches[b]);
+                assert_true(st.verify_rounds > 0);
+            }
+        }
+        ls_drafter_free(d);
+        ls_session_free(s);
+    }
+    /* a batch that holds K: no cap reported */
+    ls_drafter *d = make_drafter(D_NGRAM13, 1, N_CTX);
+    ls_gen_params gp = params(0.0f, 42);
+    gp.drafter = d;
+    gp.block_size = 8;
+    output out;
+    ls_gen_stats st;
+    generate(W.sess[1], W.prompt, N_PROMPT, &gp, &out, &st);
+    assert_int_equal(st.block_size, 8);
+    assert_int_equal(st.block_size_requested, 0);
     ls_drafter_free(d);
 }
 
@@ -553,15 +692,26 @@ static int timer_stop(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixture_sane),       cmocka_unit_test(test_exact_ngram1),
-        cmocka_unit_test(test_exact_ngram2),       cmocka_unit_test(test_exact_ngram3),
-        cmocka_unit_test(test_exact_ngram13),      cmocka_unit_test(test_exact_model_self),
-        cmocka_unit_test(test_exact_model_small),  cmocka_unit_test(test_exact_model_truncated),
-        cmocka_unit_test(test_exact_adaptive),     cmocka_unit_test(test_exact_seeds_long),
-        cmocka_unit_test(test_rejection_mode),     cmocka_unit_test(test_stop_eos),
-        cmocka_unit_test(test_stop_budget),        cmocka_unit_test(test_stop_context),
-        cmocka_unit_test(test_stop_callback),      cmocka_unit_test(test_vocab_mismatch_refused),
+        cmocka_unit_test(test_fixture_sane),
+        cmocka_unit_test(test_exact_ngram1),
+        cmocka_unit_test(test_exact_ngram2),
+        cmocka_unit_test(test_exact_ngram3),
+        cmocka_unit_test(test_exact_ngram13),
+        cmocka_unit_test(test_exact_model_self),
+        cmocka_unit_test(test_exact_model_small),
+        cmocka_unit_test(test_exact_model_truncated),
+        cmocka_unit_test(test_exact_adaptive),
+        cmocka_unit_test(test_exact_seeds_long),
+        cmocka_unit_test(test_rejection_mode),
+        cmocka_unit_test(test_stop_eos),
+        cmocka_unit_test(test_stop_budget),
+        cmocka_unit_test(test_stop_context),
+        cmocka_unit_test(test_stop_callback),
+        cmocka_unit_test(test_vocab_mismatch_refused),
         cmocka_unit_test(test_block_size_checked),
+        cmocka_unit_test(test_block_size_capped_to_batch),
+        cmocka_unit_test(test_stats_stop_inside_block),
+        cmocka_unit_test(test_stats_plain_steps),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

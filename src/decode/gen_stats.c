@@ -13,13 +13,19 @@ int ls_gen_stats_format(const ls_gen_stats *st, char *buf, size_t cap) {
       st->prefill_ms > 0 ? st->n_prompt * 1e3 / st->prefill_ms : 0, dec_tps, st->stop_reason, st->speculative);
     if (st->spec_declined) P(" spec_declined=\"%s\"", st->spec_declined);
     if (st->speculative) {
-        double acc = st->proposed ? (double)st->accepted / (double)st->proposed : 0;
+        /* acceptance over the drafts actually checked (not those after an EOS or a stop) */
+        double acc = st->checked ? (double)st->accepted / (double)st->checked : 0;
         /* every verify forward counts, including rounds where the drafter had nothing */
         double epv = st->rounds ? (double)st->emitted / (double)st->rounds : 0;
-        P(" rounds=%lld proposed=%lld accepted=%lld acceptance_rate=%.4f emitted_per_verify=%.3f"
+        P(" block_size=%d", st->block_size);
+        if (st->block_size_requested) P(" block_size_requested=%d", st->block_size_requested);
+        P(" rounds=%lld verify_rounds=%lld plain_steps=%lld adaptive_plain_steps=%lld proposed=%lld checked=%lld"
+          " accepted=%lld acceptance_rate=%.4f emitted_per_verify=%.3f"
           " zero_accept_rounds=%lld partial_accept_rounds=%lld full_accept_rounds=%lld",
-          (long long)st->rounds, (long long)st->proposed, (long long)st->accepted, acc, epv,
-          (long long)st->zero_accept_rounds, (long long)st->partial_accept_rounds, (long long)st->full_accept_rounds);
+          (long long)st->rounds, (long long)st->verify_rounds, (long long)st->plain_steps,
+          (long long)st->adaptive_plain_steps, (long long)st->proposed, (long long)st->checked, (long long)st->accepted,
+          acc, epv, (long long)st->zero_accept_rounds, (long long)st->partial_accept_rounds,
+          (long long)st->full_accept_rounds);
         P(" accepted_at=");
         int last = 0;
         for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++)

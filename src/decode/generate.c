@@ -37,6 +37,7 @@ typedef struct {
     ls_text_cb cb;
     void *ud;
     ls_gen_stats *st;
+    int32_t kmax; /* K after the cap to the session batch */
     bool done;
 } gen_state;
 
@@ -127,7 +128,7 @@ static int32_t choose(gen_state *g, const float *row, int32_t pos, int32_t draft
 static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, size_t errlen) {
     const ls_gen_params *gp = g->gp;
     ls_gen_stats *st = g->st;
-    int32_t kmax = gp->block_size;
+    int32_t kmax = g->kmax;
     ls_adapt ad;
     ls_adapt_init(&ad, kmax);
     int32_t drafts[LS_SPEC_MAX_BLOCK], block[LS_SPEC_MAX_BLOCK];
@@ -152,7 +153,10 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         memcpy(block + 1, drafts, sizeof(int32_t) * (size_t)nd);
         int rc = eval(g, block, nd + 1, 0, logits_buf, err, errlen);
         if (rc != LS_OK) return rc;
-        int32_t emitted = 0, accepted = 0;
+        /* checked: drafts accepted or rejected (a mismatch rejects its draft and the ones
+         * after it). Drafts after the point where generation ended (EOS, budget, context, the
+         * callback) are neither: they were never checked. */
+        int32_t emitted = 0, accepted = 0, checked = nd;
         bool ended = false;
         for (int32_t j = 0; j <= nd; j++) {
             int32_t c = choose(g, logits_buf + (int64_t)j * g->n_vocab, n + j, j < nd ? drafts[j] : -1);
@@ -166,6 +170,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
             }
             if (g->done) { /* EOS, budget, context or the callback */
                 ended = true;
+                if (j + 1 < nd) checked = j + 1;
                 break;
             }
             if (!hit) break;
@@ -184,13 +189,18 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         double t3 = ls_now_ms();
         st->rounds++;
         st->emitted += emitted;
-        if (nd > 0) {
+        if (nd == 0) {
+            st->plain_steps++;
+            st->adaptive_plain_steps += k == 1;
+        } else {
+            st->verify_rounds++;
             st->proposed += nd;
+            st->checked += checked;
             st->accepted += accepted;
-            for (int32_t j = 0; j < nd; j++) st->proposed_at[j]++;
+            for (int32_t j = 0; j < checked; j++) st->proposed_at[j]++;
             if (accepted == 0)
                 st->zero_accept_rounds++;
-            else if (accepted == nd)
+            else if (accepted == checked)
                 st->full_accept_rounds++;
             else
                 st->partial_accept_rounds++;
@@ -225,15 +235,25 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
         snprintf(err, errlen, "draft block size %d out of range [2, %d]", gp->block_size, LS_SPEC_MAX_BLOCK);
         return LS_ERR_ARG;
     }
-    if (spec && gp->block_size > ls_session_n_batch(s)) {
-        snprintf(err, errlen, "draft block size %d exceeds the session batch %d", gp->block_size,
-                 ls_session_n_batch(s));
-        return LS_ERR_ARG;
+    /* A verify block is K rows (the bonus and up to K-1 drafts) in one forward: it must fit
+     * the session batch. A smaller batch caps K (classic decoding runs there too); a batch of
+     * one row leaves no room for a draft. Said once per process, and in the stats. */
+    int32_t kmax = spec ? gp->block_size : 0, nb = ls_session_n_batch(s);
+    if (spec && kmax > nb) {
+        st.block_size_requested = kmax;
+        if (nb < 2) {
+            LS_LOG_ONCE(LS_LOG_WARN, "speculation off: the session batch (%d row) has no room for a draft", nb);
+            st.spec_declined = "session batch of 1 row";
+            spec = false;
+        } else {
+            LS_LOG_ONCE(LS_LOG_WARN, "draft block size %d capped to the session batch %d", kmax, nb);
+        }
+        kmax = nb;
     }
     if (spec && !gp->skip_probe) {
         double tp = ls_now_ms();
         ls_probe_result pr;
-        ls_probe_run_cached(s, ls_drafter_name(gp->drafter), gp->block_size, &pr);
+        ls_probe_run_cached(s, ls_drafter_name(gp->drafter), kmax, &pr);
         st.probe_ms = ls_now_ms() - tp;
         if (!pr.passed) {
             if (gp->allow_inexact) {
@@ -250,7 +270,7 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
         }
     }
     int32_t budget = gp->n_predict < 0 ? n_ctx - n_prompt : gp->n_predict;
-    int32_t rows = spec ? gp->block_size : 1;
+    int32_t rows = spec ? kmax : 1;
     int32_t *hist = malloc(sizeof(int32_t) * (size_t)n_ctx);
     float *logits = malloc(sizeof(float) * (size_t)n_vocab * (size_t)rows);
     if (!hist || !logits) {
@@ -269,7 +289,8 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
                    .budget = budget,
                    .cb = cb,
                    .ud = ud,
-                   .st = &st};
+                   .st = &st,
+                   .kmax = kmax};
     double t0 = ls_now_ms();
     /* Keep a reused prefix if the cache can resume after it; the last prompt token always
      * runs (its logits choose the first token). */
@@ -286,6 +307,7 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
     double t1 = ls_now_ms();
     st.prefill_ms = t1 - t0;
     st.speculative = spec;
+    st.block_size = spec ? kmax : 0;
     if (rc == LS_OK && budget > 0 && !g.done)
         rc = spec ? spec_loop(&g, logits, n_prompt, err, errlen) : classic_loop(&g, logits, n_prompt, err, errlen);
     char text[64];

@@ -147,7 +147,17 @@ int cmd_serve(int argc, char **argv) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         cfg->n_threads = cores > 0 ? (int)cores : 1;
     }
-    if (cfg->draft_kind && cfg->n_batch < cfg->block_size) cfg->n_batch = cfg->block_size;
+    /* A verify block (K rows) runs in one forward of at most -b rows: a smaller batch caps K,
+     * as ls_generate does (a batch of one row leaves no room for a draft). */
+    if (cfg->draft_kind && cfg->n_batch < cfg->block_size) {
+        if (cfg->n_batch < 2) {
+            fprintf(stderr, "lockstep: -b %d leaves no room for a draft: speculation off\n", cfg->n_batch);
+            cfg->draft_kind = NULL;
+        } else {
+            fprintf(stderr, "lockstep: --draft-block-size %d capped to -b %d\n", cfg->block_size, cfg->n_batch);
+            cfg->block_size = cfg->n_batch;
+        }
+    }
     cfg->queue_cap = 2 * cfg->parallel;
     s->n_slots = cfg->parallel;
     pthread_mutex_init(&s->mu, NULL);

@@ -331,7 +331,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
     if (cancelled) s->cancelled++;
     if (gp.drafter && rc == LS_OK) {
         s->spec_requests++;
-        s->spec_rounds += (unsigned long long)st.rounds;
+        s->spec_rounds += (unsigned long long)st.verify_rounds; /* plain steps are not verify blocks */
         s->spec_drafted += (unsigned long long)st.proposed;
         s->spec_accepted += (unsigned long long)st.accepted;
         for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++) {
