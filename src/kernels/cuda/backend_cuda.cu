@@ -304,9 +304,10 @@ struct GraphEntry {
 };
 
 /* Step parameters (see the top): 16-byte slots, written on the host while ops are called,
- * uploaded in one copy before the step's graph runs. 64 KiB holds ~4000 slots: a step
- * uses two per layer and segment. */
-constexpr size_t kArenaBytes = (size_t)64 << 10;
+ * uploaded in one copy before the step's graph runs. A step takes two slots per layer and
+ * segment (KV slot, attention extent): 1 MiB holds 65536, e.g. 256 batched segments of a
+ * 128-layer model; only the bytes used are uploaded. */
+constexpr size_t kArenaBytes = (size_t)1 << 20;
 
 struct CudaBackend {
     ls_backend base;
