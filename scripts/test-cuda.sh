@@ -8,7 +8,7 @@
 # under .gpu/debs are unpacked into .gpu/root and put on LD_LIBRARY_PATH), then:
 #   1. kernel and backend tests on the GPU (tests/cuda/*, test_backend_ops)
 #   2. exactness: `lockstep logits --device cuda` prefill / chain / prefill:7 / prefill:64
-#      over a 700-token prompt (past the sliding window) memcmp-identical; graph replay ==
+#      over a ~1000-token prompt (past the sliding window) memcmp-identical; graph replay ==
 #      direct launches; the same on the Gemma 4 fixtures
 #   3. `lockstep probe --device cuda` at K = 2..16; a fault injected on the GPU path is named
 #   4. speculative output byte-identical to plain decoding (ngram, model drafts; T = 0, 0.8)
@@ -87,7 +87,7 @@ done
 [ -x "$B/tests/test_backend_ops" ] && check "backend conformance (cpu + cuda)" "$B/tests/test_backend_ops"
 
 # ---- 2. logits exactness ------------------------------------------------------------------
-prompt=$(for i in $(seq 1 70); do printf 'The quick brown fox %d jumps over the lazy dog. ' "$i"; done)
+prompt=$(for i in $(seq 1 80); do printf 'The quick brown fox %d jumps over the lazy dog. ' "$i"; done)
 logits_modes() { # model, args..., writes $TMP/<mode>.f32, compares
   local m=$1; shift
   local ok=0
@@ -100,9 +100,9 @@ logits_modes() { # model, args..., writes $TMP/<mode>.f32, compares
   return $ok
 }
 if [ -f "$MODEL" ]; then
-  check "logits modes identical, default model, 700 tok" logits_modes "$MODEL" -p "$prompt"
+  check "logits modes identical, default model, 1000 tok" logits_modes "$MODEL" -p "$prompt"
   cp "$TMP/prefill.f32" "$TMP/graph.f32" 2>/dev/null
-  # GPU vs CPU lockstep on the same 700 positions (teacher-forced: the prompt's own tokens)
+  # GPU vs CPU lockstep on the same ~1000 positions (teacher-forced: the prompt's own tokens)
   "$CLI" logits --device cpu -m "$MODEL" -p "$prompt" --mode prefill -o "$TMP/cpu.f32" 2>/dev/null
   row "GPU vs CPU lockstep logits (default model)" "$(agree "$TMP/graph.f32" "$TMP/cpu.f32")"
   # the same for llama.cpp (--llama DIR): its CUDA logits vs its own pure-CPU logits (no device,

@@ -7,7 +7,7 @@
  * (whole random blocks: every bit pattern of scales and quants, finite f16 fields, negative
  * scales included) and random activations:
  *  (a) batch invariance, bit for bit: every row of an M-row call, M in {1,2,3,4,5,7,8,9,15,
- *      16,17,31,33,64} (and 512 for one type), memcmp-equal to that row computed alone
+ *      16,17,31,33,64} (and 512 for Q4_K, Q6_K, Q8_0, MLX 4/8-bit: mmq_mma.cu's tiles), memcmp-equal to that row computed alone
  *      (M = 1); also as part of a call whose rows start at an offset (other tile slots) and
  *      with activations at a 4-byte (not 16-byte) aligned address;
  *  (b) accuracy: per activation row, ||y - y_ref|| / ||y_ref|| < 1e-5 (2e-4 for the types of
@@ -409,10 +409,10 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     printf("%-10s %6lldx%-6lld %7.1f MB:", label, (long long)N, (long long)K, (wbytes + 2 * sbbytes) / 1e6);
-    for (int64_t M : {1, 2, 4, 8, 16, 512}) {
+    for (int64_t M : {1, 2, 4, 8, 16, 64, 512}) {
         const char *onlym = getenv("LS_BENCH_M");
         if (onlym && atoll(onlym) != M) continue;
-        const int iters = M >= 512 ? 6 : 60;
+        const int iters = M >= 64 ? 6 : 60;
         for (int i = 0; i < NC; i++)
             if (ls_cuda_matmul(0, &ws[i], dx, M, dy, scratch(), scratch_bytes()) != 0) {
                 printf(" unsupported\n");
@@ -425,7 +425,7 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
         float ms;
         CK(cudaEventElapsedTime(&ms, e0, e1));
         const double s = ms / 1e3 / iters;
-        if (M >= 512)
+        if (M >= 64)
             printf("  M=%lld %7.1f us %5.1f TFLOP/s", (long long)M, s * 1e6, 2.0 * M * N * K / s / 1e12);
         else
             printf("  M=%lld %6.1f us %5.0f GB/s", (long long)M, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
@@ -505,13 +505,13 @@ int main(int argc, char **argv) {
         {"q4_1", LS_TYPE_Q4_1, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
         {"q5_0", LS_TYPE_Q5_0, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
         {"q5_1", LS_TYPE_Q5_1, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
-        {"q8_0", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 200, 1184, 0, false},
+        {"q8_0", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 200, 1184, 0, true},
         {"q8_0o", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 29, 1120, 2, false},
         {"q4_k", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, true},
         {"q4_ku", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 35, 2816, 2, false},
         {"q5_k", LS_TYPE_Q5_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, false},
         {"q5_ku", LS_TYPE_Q5_K, 0, 0, LS_TYPE_F32, 35, 2816, 2, false},
-        {"q6_k", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, false},
+        {"q6_k", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, true},
         {"q6_kb", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 53, 5376, 0, false},
     };
     const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
@@ -525,8 +525,8 @@ int main(int argc, char **argv) {
                              false});
             v++;
         }
-    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 130, 5376, 0, false});
-    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 130, 5376, 0, false});
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 130, 5376, 0, true});
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 130, 5376, 0, true});
     int fails = 0;
     for (const Case &c : cases) fails += !test_case(c, quick);
     /* unsupported shapes answer -1 and launch nothing */

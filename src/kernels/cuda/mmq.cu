@@ -26,15 +26,17 @@
  * (Q6_K: S - 32 V per half, no bias term). Integer sums are exact, so their order is
  * irrelevant; the float steps happen per block in increasing block order.
  *
- * Batch invariance (docs/cuda.md section 2): ONE kernel body per weight type for every M.
+ * Batch invariance (docs/cuda.md section 2): ONE reduction order per weight type for every M.
  * A warp computes 4 weight rows; with KW k-warps (1, 2 or 4, a function of the weight's
  * shape) lane L of k-warp kw takes the lane chunks kw 32 + L + 32 KW j (a chunk is one or
  * two 32-element blocks) and accumulates them in increasing order into one f32 per (weight
- * row, activation row); the 32 lanes are combined by a fixed xor butterfly (16, 8, 4, 2,
- * 1), then the k-warps in kw order. M decides only how many activation tiles run and which
+ * row, activation row); these 32 KW partials are then added in the order of u = kw 32 + L
+ * (mmq_common.cuh). M decides only how many activation tiles run and which
  * compilation of the body serves them (tiles of up to 1, 2, 4 or 8 rows: the same
  * arithmetic per row), padding rows are skipped (a uniform branch, never different
- * arithmetic), and a row's quantized activations depend on that row alone. So row m's bits
+ * arithmetic), and a row's quantized activations depend on that row alone. Calls of 16 rows
+ * or more run mmq_mma.cu's tensor-core tiles, which follow the same order
+ * (mmq_common.cuh) and give the same bits. So row m's bits
  * are the same whether the call has 1 or 512 rows (test_backend_ops and
  * tests/cuda/test_cuda_matmul.cu check every M bit for bit). Which kernel serves a weight
  * (this one or matmul.cu's) is decided by the weight alone (type, K, alignment). */
@@ -48,23 +50,20 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_matmul.h"
 #include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/mmq_common.cuh"
 
 namespace {
 
 using namespace ls::q;
+using ls::mmq::kw_of;
+using ls::mmq::Meta;
+using ls::mmq::QB;
+using ls::mmq::XB_BYTES;
 
-constexpr int QB = 32;             /* activation block */
 constexpr int WR = 4;              /* weight rows per warp */
 constexpr int WARPS = 4;           /* warps per block */
 constexpr int R = 8;               /* activation rows per tile */
 constexpr float QMAX = 32639.0f;   /* |v| <= 32639 keeps h = (v + 128) >> 8 in [-127, 127] */
-constexpr int XB_BYTES = 2 * QB;   /* h plane then l plane of one block */
-
-/* Block metadata, 16 bytes: dx, X (f32), V0, V1 (int32 bits). */
-struct Meta {
-    float dx, X;
-    int v0, v1;
-};
 
 /* ---------------------------------------------------------------------------------------
  * Activation quantization: 8 threads per block of 32 (a float4 each), fixed reductions. */
@@ -405,12 +404,12 @@ __device__ __forceinline__ void prep_of(typename T::Prep &p, const typename T::R
  * The kernel: 4 warps = KW k-warps x (4 / KW) row-warps of WR weight rows each, one tile
  * of up to RT activation rows. KW (1, 2 or 4) is a function of the weight's shape alone
  * (kw_of): long rows are split over more warps so that a matrix with few rows still fills
- * the GPU. k-warp kw takes lane chunks kw * 32 + lane + 32 KW j; its lanes are combined by
- * the butterfly, then the KW partials are added in kw order by one thread. */
+ * the GPU. k-warp kw takes lane chunks kw * 32 + lane + 32 KW j; the 32 KW partials are
+ * added in order by one thread per output (mmq_common.cuh). */
 template <class T, int RT>
 __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
                                          float *__restrict__ y, int64_t m0, int nr, int KW) {
-    __shared__ float red[WARPS][WR][RT];
+    __shared__ float red[WARPS][WR][RT][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kw = warp % KW, rw = warp / KW;
     const int64_t nbase = (int64_t)blockIdx.y * (WR * (WARPS / KW)) + rw * WR;
@@ -459,24 +458,21 @@ __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict_
 #pragma unroll
         for (int i = 0; i < WR; i++) cur[i] = nxt[i];
     }
-    /* fixed combine: butterfly over the 32 lanes, then the k-warps in order */
+    /* fixed combine (mmq_common.cuh): the virtual lanes u = kw 32 + lane in increasing
+     * order, one thread per output; the row is padded to 33 against bank conflicts */
 #pragma unroll
     for (int r = 0; r < RT; r++) {
         if (RT > 1 && r >= nr) break;
 #pragma unroll
-        for (int i = 0; i < WR; i++) {
-            float v = acc[i][r];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) red[warp][i][r] = v;
-        }
+        for (int i = 0; i < WR; i++) red[warp][i][r][lane] = acc[i][r];
     }
     __syncthreads();
     const int t = threadIdx.x, rows = (WARPS / KW) * WR;
+    const int nu = nch < 32 * KW ? nch : 32 * KW;
     if (t < rows * nr) {
         const int r = t / rows, q = t % rows, w0 = (q / WR) * KW, i = q % WR;
-        float v = red[w0][i][r];
-        for (int k = 1; k < KW; k++) v = v + red[w0 + k][i][r];
+        float v = red[w0][i][r][0];
+        for (int u = 1; u < nu; u++) v = v + red[w0 + (u >> 5)][i][r][u & 31];
         const int64_t n = (int64_t)blockIdx.y * rows + q;
         if (n < c.N) y[(m0 + r) * c.N + n] = v;
     }
@@ -506,13 +502,8 @@ size_t rows_bytes(int64_t rows, int64_t K) {
     return (size_t)rows * (size_t)(K / QB) * (XB_BYTES + sizeof(Meta));
 }
 
-/* k-warps of a weight: enough lane chunks for each (>= 2 per lane) before splitting. */
-int kw_of(int nch) {
-    return nch >= 4 * 64 ? 4 : nch >= 2 * 64 ? 2 : 1;
-}
-
 template <class T>
-int launch(cudaStream_t st, Ctx c, const float *x, int64_t M, float *y, void *scratch, size_t scratch_bytes) {
+int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y, void *scratch, size_t scratch_bytes) {
     c.nch = (int)(c.K / (QB * T::XB));
     c.kw = kw_of(c.nch);
     const int64_t bn = WR * (WARPS / c.kw); /* weight rows per block */
@@ -531,6 +522,10 @@ int launch(cudaStream_t st, Ctx c, const float *x, int64_t M, float *y, void *sc
             quant_x_kernel<T::IL, true><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
         else
             quant_x_kernel<T::IL, false><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
+        if (mr >= ls::mmq::MMA_MIN_ROWS) {
+            if (ls::mmq::mma_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0) return -1;
+            continue;
+        }
         const int rt = mr == 1 ? 1 : mr == 2 ? 2 : mr <= 4 ? 4 : R;
         const dim3 grid((unsigned)((mr + rt - 1) / rt), (unsigned)nb);
         float *yr = y + r0 * c.N;
@@ -576,11 +571,11 @@ extern "C" int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, 
     if (m == 0) return 0;
     if (!scratch || (uintptr_t)scratch % 16 != 0) return -1;
     switch (key) {
-    case 104: return launch<QMlx4>(st, c, x, m, y, scratch, scratch_bytes);
-    case 108: return launch<QMlx8>(st, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q8_0: return launch<QQ8_0>(st, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q4_K: return launch<QQ4_K>(st, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q6_K: return launch<QQ6_K>(st, c, x, m, y, scratch, scratch_bytes);
+    case 104: return launch<QMlx4>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case 108: return launch<QMlx8>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q8_0: return launch<QQ8_0>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q4_K: return launch<QQ4_K>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q6_K: return launch<QQ6_K>(st, key, c, x, m, y, scratch, scratch_bytes);
     default: return -1;
     }
 }

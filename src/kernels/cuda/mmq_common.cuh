@@ -1,0 +1,49 @@
+/* What the two integer-dot matmul kernels share (mmq.cu: dp4a, any M; mmq_mma.cu: int8
+ * tensor-core tiles for M >= MMA_MIN_ROWS): the quantized activation layout and the one
+ * reduction order both follow, so that a row's bits never depend on which kernel ran.
+ * docs/cuda.md section 2a states the numerics.
+ *
+ * The order, per output y[m][n] of a weight with nch lane chunks (a chunk is XB activation
+ * blocks of 32) and U = 32 kw_of(nch) virtual lanes:
+ *   p[u] = the f32 accumulator of virtual lane u (u < min(U, nch)), starting at 0 and
+ *          folding chunks u, u + U, u + 2U, .. in increasing order, each chunk's blocks in
+ *          order, by the type's acc_block steps (fmaf with the block's exact integer sum);
+ *   y    = ((p[0] + p[1]) + p[2]) + .. + p[min(U, nch) - 1].
+ * Integer sums are exact, so how a kernel forms them (dp4a lanes or mma tiles) is free;
+ * everything after them is this sequence. */
+#ifndef LS_KERNELS_CUDA_MMQ_COMMON_CUH
+#define LS_KERNELS_CUDA_MMQ_COMMON_CUH
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/dequant.cuh"
+
+namespace ls::mmq {
+
+constexpr int QB = 32;           /* activation block */
+constexpr int XB_BYTES = 2 * QB; /* h plane then l plane of one block */
+
+/* Calls of at least this many rows take the tensor-core kernel (same bits, see above). */
+constexpr int64_t MMA_MIN_ROWS = 16;
+
+/* Block metadata, 16 bytes: dx, X (f32), V0, V1 (int32 bits). */
+struct Meta {
+    float dx, X;
+    int v0, v1;
+};
+
+/* k-warps of a weight: enough lane chunks for each (>= 2 per lane) before splitting. */
+inline int kw_of(int nch) {
+    return nch >= 4 * 64 ? 4 : nch >= 2 * 64 ? 2 : 1;
+}
+
+/* mmq_mma.cu: y[M][N] for activation rows already quantized to xq / xm (c.nch and c.kw
+ * set); key as ls_cuda_mmq_key. Returns 0, or -1 when nothing was launched. */
+int mma_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y,
+               int64_t M);
+
+} // namespace ls::mmq
+
+#endif

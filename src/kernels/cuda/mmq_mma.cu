@@ -1,0 +1,330 @@
+/* Integer tensor-core tiles for the integer-dot matmul when a call has many rows (prefill
+ * chunks, large verify blocks): the same activation blocks, the same exact integer sums and
+ * the same f32 sequence per output as mmq.cu's dp4a kernel (mmq_common.cuh), so a row's
+ * bits do not depend on which of the two ran. docs/cuda.md section 2a.
+ *
+ * Why: the dp4a kernel re-reads every weight chunk for each tile of 8 activation rows and
+ * spends ~3.5 instructions per weight element per row; a 512-row prefill of a 27B model
+ * then runs at a tenth of llama.cpp's speed. Here a warp holds a 32 x 32 tile (32 weight
+ * rows x 32 activation rows) and forms each block's integer sums with int8 mma
+ * (m16n8k32, two per tile and plane: h and l), so a weight chunk is loaded once per 32
+ * activation rows and the integer work is 1/16 of an instruction per product.
+ *
+ * Order: virtual lane u (0 .. min(U, nch) - 1, U = 32 kw) accumulates its chunks u, u + U,
+ * .. in a fresh f32 per output, then joins the running total (tot = tot + p[u]); the
+ * per-block steps are the same fmaf expressions on the same operands as mmq.cu's acc_block.
+ *
+ * K order inside a block: thread t4 = lane & 3 of an mma holds the block's plane words
+ * 2 t4 and 2 t4 + 1 (8 consecutive plane bytes) as its k-slices 4 t4 and 16 + 4 t4, for the
+ * weight codes (A) and for the activation planes (B) alike; any common permutation gives
+ * the same exact sum. */
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/mmq_common.cuh"
+
+namespace {
+
+using namespace ls::q;
+using ls::mmq::Meta;
+using ls::mmq::QB;
+using ls::mmq::XB_BYTES;
+
+constexpr int TW = 32; /* weight rows per warp */
+constexpr int TA = 32; /* activation rows per warp */
+constexpr int BW = 2;  /* warps along the weight rows of a block */
+constexpr int BA = 2;  /* warps along the activation rows */
+
+/* C = A B over one m16n8k32 tile, C starting at 0; A unsigned or signed bytes. */
+template <bool AU>
+__device__ __forceinline__ void mma_k32(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+    if (AU) {
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %10, %10, %10};"
+                     : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%10, %10, %10, %10};"
+                     : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+    }
+}
+
+/* One weight row's share of one 32-element block for thread t4: code words lo (plane word
+ * 2 t4) and hi (2 t4 + 1), and the block's two f32 factors (per type: scale and bias,
+ * scale and min, or the two Q6_K half scales). */
+struct WBlk {
+    uint32_t lo, hi;
+    float a, b;
+};
+
+/* Per-type loaders: fill XB WBlk for chunk ci of a row. Each mirrors mmq.cu's load + prep
+ * for the same type (the f32 factors are the same expressions on the same bytes). */
+struct MMlx4 {
+    static constexpr int XB = 1;
+    static constexpr bool AU = true;
+    static constexpr int KIND = 0; /* fmaf(a dx, S, acc); fmaf(b, X, acc) */
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, int n, int ci, int t4) {
+        const uint8_t *row = c.w + (size_t)n * c.row_bytes;
+        const uint32_t q = ldw(row + 16 * ci + 4 * t4);
+        o[0].lo = q & 0x0f0f0f0fu;
+        o[0].hi = (q >> 4) & 0x0f0f0f0fu;
+        const int sbz = c.sb_kind == 0 ? 4 : 2;
+        const uint8_t *sc = c.sc + (size_t)n * c.ng * sbz, *bi = c.bi + (size_t)n * c.ng * sbz;
+        const int g = ci >> c.gshift;
+        const uint32_t s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
+        const uint32_t b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
+        o[0].a = c.sb_kind == 0 ? __uint_as_float(s) : c.sb_kind == 1 ? f16f(s) : bf16f(s);
+        o[0].b = c.sb_kind == 0 ? __uint_as_float(b) : c.sb_kind == 1 ? f16f(b) : bf16f(b);
+    }
+};
+
+struct MMlx8 {
+    static constexpr int XB = 1;
+    static constexpr bool AU = true;
+    static constexpr int KIND = 0;
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, int n, int ci, int t4) {
+        const uint8_t *row = c.w + (size_t)n * c.row_bytes;
+        o[0].lo = ldw(row + 32 * ci + 8 * t4);
+        o[0].hi = ldw(row + 32 * ci + 8 * t4 + 4);
+        const int sbz = c.sb_kind == 0 ? 4 : 2;
+        const uint8_t *sc = c.sc + (size_t)n * c.ng * sbz, *bi = c.bi + (size_t)n * c.ng * sbz;
+        const int g = ci >> c.gshift;
+        const uint32_t s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
+        const uint32_t b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
+        o[0].a = c.sb_kind == 0 ? __uint_as_float(s) : c.sb_kind == 1 ? f16f(s) : bf16f(s);
+        o[0].b = c.sb_kind == 0 ? __uint_as_float(b) : c.sb_kind == 1 ? f16f(b) : bf16f(b);
+    }
+};
+
+struct MQ8_0 {
+    static constexpr int XB = 1;
+    static constexpr bool AU = false;
+    static constexpr int KIND = 1; /* fmaf(a dx, S, acc) */
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, int n, int ci, int t4) {
+        const uint8_t *b = c.w + (size_t)n * c.row_bytes + 34 * (size_t)ci;
+        uint32_t q[2];
+        ld_a2<2>(q, b + 2 + 8 * t4);
+        o[0].lo = q[0];
+        o[0].hi = q[1];
+        o[0].a = f16f(ldh(b));
+        o[0].b = 0.0f;
+    }
+};
+
+struct MQ4_K {
+    static constexpr int XB = 2;
+    static constexpr bool AU = true;
+    static constexpr int KIND = 0;
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, int n, int ci, int t4) {
+        const uint8_t *b = c.w + (size_t)n * c.row_bytes + 144 * (size_t)(ci >> 2);
+        const int g = ci & 3;
+        uint32_t h[4], q[2];
+        ld16(h, b, c.a16);
+        ld_a2<2>(q, b + 16 + 32 * g + 8 * t4);
+        const float d = f16f(h[0]), dmin = f16f(h[0] >> 16);
+        uint32_t sc, mn;
+        k4_pair(h[1], h[2], h[3], g, sc, mn);
+        o[0].lo = q[0] & 0x0f0f0f0fu;
+        o[0].hi = q[1] & 0x0f0f0f0fu;
+        o[1].lo = (q[0] >> 4) & 0x0f0f0f0fu;
+        o[1].hi = (q[1] >> 4) & 0x0f0f0f0fu;
+        o[0].a = d * (float)(sc & 0xffu);
+        o[1].a = d * (float)((sc >> 8) & 0xffu);
+        o[0].b = -(dmin * (float)(mn & 0xffu));
+        o[1].b = -(dmin * (float)((mn >> 8) & 0xffu));
+    }
+};
+
+struct MQ6_K {
+    static constexpr int XB = 1;
+    static constexpr bool AU = true;
+    static constexpr int KIND = 2; /* two half sums: fmaf(a dx, S0, acc); fmaf(b dx, S1, acc) */
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, int n, int ci, int t4) {
+        const uint8_t *b = c.w + (size_t)n * c.row_bytes + 210 * (size_t)(ci >> 3);
+        const int hf = (ci >> 2) & 1, t = ci & 3;
+        uint32_t ql[2], qh[2];
+        ld_a2<2>(ql, b + 64 * hf + 32 * (t & 1) + 8 * t4);
+        ld_a2<2>(qh, b + 128 + 32 * hf + 8 * t4);
+        const uint32_t sc = ldh(b + 192 + 8 * hf + 2 * t);
+        const float d = f16f(ldh(b + 208));
+        const unsigned hs = 2u * (unsigned)t;
+        uint32_t u[2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            const uint32_t lo = t >= 2 ? (ql[w] >> 4) & 0x0f0f0f0fu : ql[w] & 0x0f0f0f0fu;
+            u[w] = lo | (((qh[w] >> hs) & 0x03030303u) << 4);
+        }
+        o[0].lo = u[0];
+        o[0].hi = u[1];
+        o[0].a = d * (float)(int8_t)(sc & 0xffu);
+        o[0].b = d * (float)(int8_t)((sc >> 8) & 0xffu);
+    }
+};
+
+/* One activation row's share of one block for thread t4: plane words 2 t4, 2 t4 + 1 of h
+ * and of l (B operands, this thread's column g), and the metadata of the two output
+ * columns the thread accumulates. */
+struct XFrag {
+    uint2 h, l;
+};
+
+template <class T>
+__global__ void __launch_bounds__(32 * BW * BA, 3) mma_kernel(const Ctx c, const int8_t *__restrict__ xq,
+                                                           const Meta *__restrict__ xm, float *__restrict__ y,
+                                                           int64_t M) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int64_t n0 = ((int64_t)blockIdx.y * BW + (warp % BW)) * TW;
+    const int64_t m0 = ((int64_t)blockIdx.x * BA + (warp / BW)) * TA;
+    const int64_t nbk = c.K / QB;
+    const int nch = c.nch, U = 32 * c.kw, nu = nch < U ? nch : U;
+
+    /* rows this thread loads: weight rows n0 + 8 i + g (i = 0..3: tile i / 2, half i % 2),
+     * activation rows m0 + 8 j + g (B operand) and output columns m0 + 8 j + 2 t4 + e;
+     * past the ends they repeat the last row (computed, never stored). Block offsets fit
+     * in 32 bits: rows x K / 32 is bounded by the scratch of one pass. */
+    int wn[4], ao[4], mo[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t n = n0 + 8 * i + g;
+        wn[i] = (int)(n < c.N ? n : c.N - 1);
+        const int64_t m = m0 + 8 * i + g;
+        ao[i] = (int)((m < M ? m : M - 1) * nbk);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int64_t mc = m0 + 8 * i + 2 * t4 + e;
+            mo[i][e] = (int)((mc < M ? mc : M - 1) * nbk);
+        }
+    }
+
+    float tot[2][4][4], la[2][4][4];
+    for (int u = 0; u < nu; u++) {
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) la[a][j][k] = 0.0f;
+        for (int ci = u; ci < nch; ci += U) {
+            WBlk wb[4][T::XB];
+#pragma unroll
+            for (int i = 0; i < 4; i++) T::load(wb[i], c, wn[i], ci, t4);
+#pragma unroll
+            for (int b = 0; b < T::XB; b++) {
+                const int64_t blk = (int64_t)ci * T::XB + b;
+                XFrag xf[4];
+                float dx[4][2], xs[4][2]; /* per output column: dx, and X (or V0, V1 bits for Q6_K) */
+                int v1[4][2];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int8_t *p = xq + (int64_t)(ao[j] + blk) * XB_BYTES + 8 * t4;
+                    xf[j].h = __ldg(reinterpret_cast<const uint2 *>(p));
+                    xf[j].l = __ldg(reinterpret_cast<const uint2 *>(p + QB));
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const float *mp = reinterpret_cast<const float *>(xm + mo[j][e] + blk);
+                        if (T::KIND == 0) {
+                            const float2 v = __ldg(reinterpret_cast<const float2 *>(mp));
+                            dx[j][e] = v.x, xs[j][e] = v.y;
+                        } else if (T::KIND == 1) {
+                            dx[j][e] = __ldg(mp);
+                        } else {
+                            const float4 v = __ldg(reinterpret_cast<const float4 *>(mp));
+                            dx[j][e] = v.x, xs[j][e] = v.z, v1[j][e] = __float_as_int(v.w);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int a = 0; a < 2; a++) {
+                    const WBlk &r0 = wb[2 * a][b], &r1 = wb[2 * a + 1][b];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        if (T::KIND != 2) {
+                            int sh[4], sl[4];
+                            mma_k32<T::AU>(sh, r0.lo, r1.lo, r0.hi, r1.hi, xf[j].h.x, xf[j].h.y);
+                            mma_k32<T::AU>(sl, r0.lo, r1.lo, r0.hi, r1.hi, xf[j].l.x, xf[j].l.y);
+#pragma unroll
+                            for (int k = 0; k < 4; k++) {
+                                const WBlk &r = k < 2 ? r0 : r1;
+                                const int S = sh[k] * 256 + sl[k];
+                                float acc = fmaf(r.a * dx[j][k & 1], (float)S, la[a][j][k]);
+                                if (T::KIND == 0) acc = fmaf(r.b, xs[j][k & 1], acc);
+                                la[a][j][k] = acc;
+                            }
+                        } else {
+                            /* Q6_K: the halves' sums separately; threads t4 < 2 hold half 0 */
+                            const bool h0 = t4 < 2;
+                            const uint32_t z = 0;
+                            int s0h[4], s0l[4], s1h[4], s1l[4];
+                            mma_k32<true>(s0h, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z,
+                                          xf[j].h.x, xf[j].h.y);
+                            mma_k32<true>(s0l, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z,
+                                          xf[j].l.x, xf[j].l.y);
+                            mma_k32<true>(s1h, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi,
+                                          xf[j].h.x, xf[j].h.y);
+                            mma_k32<true>(s1l, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi,
+                                          xf[j].l.x, xf[j].l.y);
+#pragma unroll
+                            for (int k = 0; k < 4; k++) {
+                                const WBlk &r = k < 2 ? r0 : r1;
+                                const float d = dx[j][k & 1];
+                                const int S0 = (s0h[k] * 256 + s0l[k]) - 32 * __float_as_int(xs[j][k & 1]);
+                                const int S1 = (s1h[k] * 256 + s1l[k]) - 32 * v1[j][k & 1];
+                                float acc = fmaf(r.a * d, (float)S0, la[a][j][k]);
+                                la[a][j][k] = fmaf(r.b * d, (float)S1, acc);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) tot[a][j][k] = u == 0 ? la[a][j][k] : tot[a][j][k] + la[a][j][k];
+    }
+    /* C fragment: k = 0, 1 row g, columns 2 t4 + k; k = 2, 3 row g + 8 */
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int64_t n = n0 + 16 * a + g + 8 * (k >> 1);
+                const int64_t m = m0 + 8 * j + 2 * t4 + (k & 1);
+                if (n < c.N && m < M) y[m * c.N + n] = tot[a][j][k];
+            }
+}
+
+template <class T>
+int launch_t(cudaStream_t st, const Ctx &c, const int8_t *xq, const Meta *xm, float *y, int64_t M) {
+    const int64_t gy = (c.N + TW * BW - 1) / (TW * BW), gx = (M + TA * BA - 1) / (TA * BA);
+    if (gy > 65535 || gx > 0x7fffffff) return -1;
+    mma_kernel<T><<<dim3((unsigned)gx, (unsigned)gy), 32 * BW * BA, 0, st>>>(c, xq, xm, y, M);
+    return 0;
+}
+
+} // namespace
+
+namespace ls::mmq {
+
+int mma_launch(cudaStream_t st, const Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y, int64_t M) {
+    switch (key) {
+    case 104: return launch_t<MMlx4>(st, c, xq, xm, y, M);
+    case 108: return launch_t<MMlx8>(st, c, xq, xm, y, M);
+    case LS_TYPE_Q8_0: return launch_t<MQ8_0>(st, c, xq, xm, y, M);
+    case LS_TYPE_Q4_K: return launch_t<MQ4_K>(st, c, xq, xm, y, M);
+    case LS_TYPE_Q6_K: return launch_t<MQ6_K>(st, c, xq, xm, y, M);
+    default: return -1;
+    }
+}
+
+} // namespace ls::mmq
