@@ -5,6 +5,9 @@
 # k_eq_v, 8-bit MLP dispatch) and measures decode against the memory roofline.
 #
 #   bash scripts/test-cuda-big.sh [--dir /tmp/big] [--layers 12] [--full] [--like TEMPLATE.gguf]
+#                                 [--llama DIR]
+# --llama DIR (scripts/build-llama-cuda.sh's output): with --full, llama.cpp's CUDA llama-bench
+# on the same 27B GGUF in the same run, and the ratios.
 #
 # Needs build/cuda/lockstep and build/cuda/lockstep-gen-model (cmake --preset cuda). --full
 # also writes and benchmarks the whole 60-layer 31B (27.7 GB) and the 62-layer 27B GGUF.
@@ -14,6 +17,7 @@ ROOT=$(pwd)
 DIR=/tmp/big
 LAYERS=12
 FULL=0
+LLAMA=""
 LIKE=${LOCKSTEP_MODEL:-$HOME/.cache/lockstep/gemma-3-270m-q4_k_m.gguf}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -21,7 +25,8 @@ while [ $# -gt 0 ]; do
     --layers) LAYERS=$2; shift 2 ;;
     --full) FULL=1; shift ;;
     --like) LIKE=$2; shift 2 ;;
-    *) echo "usage: $0 [--dir D] [--layers N] [--full] [--like GGUF]"; exit 2 ;;
+    --llama) LLAMA=$2; shift 2 ;;
+    *) echo "usage: $0 [--dir D] [--layers N] [--full] [--like GGUF] [--llama DIR]"; exit 2 ;;
   esac
 done
 if [ -d .gpu/debs ] && [ ! -d .gpu/root ]; then for f in .gpu/debs/*.deb; do dpkg -x "$f" .gpu/root; done; fi
@@ -100,8 +105,23 @@ if [ $FULL = 1 ]; then
   if [ -f "$LIKE" ]; then
     G3=$DIR/g3-27b.gguf
     "$GEN" --kind gemma3-27b-q4km "$G3" --like "$LIKE" >/dev/null
-    "$CLI" bench --device cuda -m "$G3" -p 512 -n 32 -r 2 >"$DIR/b3" 2>"$DIR/b3.err" || tail -3 "$DIR/b3.err"
-    row "Gemma 3 27B Q4_K_M pp512 / tg tok/s" "$(kv prefill_tok_s "$DIR/b3") / $(kv decode_tok_s "$DIR/b3") ($(kv decode_weight_gb_s "$DIR/b3") GB/s)"
+    "$CLI" bench --device cuda -m "$G3" -p 512 -n 128 -r 2 >"$DIR/b3" 2>"$DIR/b3.err" || tail -3 "$DIR/b3.err"
+    pp=$(kv prefill_tok_s "$DIR/b3"); tg=$(kv decode_tok_s "$DIR/b3")
+    row "Gemma 3 27B Q4_K_M pp512 / tg128 tok/s" "$pp / $tg ($(kv decode_weight_gb_s "$DIR/b3") GB/s)"
+    LB=""
+    for c in "$LLAMA/llama-bench" "$LLAMA/bin/llama-bench" "$LLAMA/build/bin/llama-bench"; do [ -n "$LLAMA" ] && [ -x "$c" ] && LB=$c && break; done
+    if [ -n "$LB" ]; then
+      "$LB" -m "$G3" -ngl 99 -p 512 -n 128 -r 2 -o csv >"$DIR/lb3" 2>/dev/null
+      row "llama.cpp 27B pp512 / tg128, lockstep ratio" "$(python3 - "$DIR/lb3" "$pp" "$tg" <<'PY'
+import csv, sys
+pp = tg = None
+for r in csv.DictReader(open(sys.argv[1])):
+    if r.get("n_prompt") == "512" and r.get("n_gen") == "0": pp = float(r["avg_ts"])
+    if r.get("n_prompt") == "0" and r.get("n_gen") == "128": tg = float(r["avg_ts"])
+print(f"{pp:.0f} / {tg:.1f}; lockstep/llama.cpp pp {float(sys.argv[2])/pp:.2f}x tg {float(sys.argv[3])/tg:.2f}x" if pp and tg else "failed")
+PY
+)"
+    fi
   fi
 fi
 

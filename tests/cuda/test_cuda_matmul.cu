@@ -6,7 +6,8 @@
  * MLX affine with bits 2,3,4,5,6,8, groups 32/64/128, f32/f16/bf16 scales), on random weights
  * (whole random blocks: every bit pattern of scales and quants, finite f16 fields, negative
  * scales included) and random activations:
- *  (a) batch invariance, bit for bit: every row of an M-row call, M in {1,2,3,4,5,7,8,9,15,
+ *  (a) batch invariance, bit for bit (for the integer path also with every call forced
+ *      through the tensor-core tiles, ls_cuda_mmq_policy(2)): every row of an M-row call, M in {1,2,3,4,5,7,8,9,15,
  *      16,17,31,33,64} (and 512 for Q4_K, Q6_K, Q8_0, MLX 4/8-bit: mmq_mma.cu's tiles), memcmp-equal to that row computed alone
  *      (M = 1); also as part of a call whose rows start at an offset (other tile slots) and
  *      with activations at a 4-byte (not 16-byte) aligned address;
@@ -280,6 +281,18 @@ bool test_case(const Case &c, bool quick) {
         std::vector<float> y;
         if (!run_mm(W, dx, M, dy, y, "M")) ok = false;
         else cmp_rows(y, M, 0, "batch");
+    }
+    /* the integer path's two kernels against each other: every call through the
+     * tensor-core tiles (mmq_mma.cu), rows compared with the dp4a kernel's M = 1 */
+    if (ok && ls_cuda_mmq_key(&W.w) >= 0) {
+        ls_cuda_mmq_policy(2);
+        for (int64_t M : {1, 2, 16, 17, 33, 64, 512}) {
+            if (!ok || M > MX) break;
+            std::vector<float> y;
+            if (!run_mm(W, dx, M, dy, y, "mma")) ok = false;
+            else cmp_rows(y, M, 0, "tensor-core tiles");
+        }
+        ls_cuda_mmq_policy(0);
     }
     if (ok) { /* other tile slots: rows 3.. as a call of 33; unaligned activations: rows 1..5 */
         std::vector<float> y;

@@ -47,6 +47,10 @@ int ls_cuda_mmq_key(const ls_weight *w);
 size_t ls_cuda_mmq_scratch_bytes(int64_t rows, int64_t cols);
 int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
                 size_t scratch_bytes);
+/* Tests only: which of mmq.cu's two kernels (same bits by construction) serves a call:
+ * 0 = by shape (the default), 1 = the dp4a kernel always, 2 = the tensor-core tiles
+ * always. Returns the previous policy, -1 for a bad value. Process-wide. */
+int ls_cuda_mmq_policy(int policy);
 
 /* dst[i][w->cols] = dequantized row ids[i] of the table w (ids: device int32 array of n),
  * bit-identical to the CPU reference dequantizer. Same rules as ls_cuda_matmul; ids out of

@@ -20,10 +20,11 @@
  *
  * Dot products: for a 32-element block b of weight row n with integer codes q_e and
  * dequantized value A q_e + B (per type: MLX s q + b; Q8_0 d q; Q4_K d sc q - dmin m;
- * Q6_K d sc (q - 32), per 16-element half), the exact integer S = 256 sum(q h) + sum(q l)
- * (dp4a, int32, no overflow: |S| < 2^31 for every type here) gives
+ * Q6_K d sc (q - 32), per 16-element half; Q4_0 / Q5_0 d (q - 8) / d (q - 16); Q4_1 /
+ * Q5_1 d q + m), the exact integer S = 256 sum(q h) + sum(q l) (dp4a, int32, no
+ * overflow: |S| < 2^31 for every type here) gives
  *   acc = fmaf(A * dx, (float)S, acc); acc = fmaf(B, X, acc)
- * (Q6_K: S - 32 V per half, no bias term). Integer sums are exact, so their order is
+ * (Q6_K: S - 32 V per half, Q4_0 / Q5_0: S - 8 / 16 (V0 + V1); no bias term). Integer sums are exact, so their order is
  * irrelevant; the float steps happen per block in increasing block order.
  *
  * Batch invariance (docs/cuda.md section 2): ONE reduction order per weight type for every M.
@@ -34,8 +35,8 @@
  * (mmq_common.cuh). M decides only how many activation tiles run and which
  * compilation of the body serves them (tiles of up to 1, 2, 4 or 8 rows: the same
  * arithmetic per row), padding rows are skipped (a uniform branch, never different
- * arithmetic), and a row's quantized activations depend on that row alone. Calls of 16 rows
- * or more run mmq_mma.cu's tensor-core tiles, which follow the same order
+ * arithmetic), and a row's quantized activations depend on that row alone. Large calls
+ * (use_mma) run mmq_mma.cu's tensor-core tiles, which follow the same order
  * (mmq_common.cuh) and give the same bits. So row m's bits
  * are the same whether the call has 1 or 512 rows (test_backend_ops and
  * tests/cuda/test_cuda_matmul.cu check every M bit for bit). Which kernel serves a weight
@@ -391,6 +392,60 @@ struct QQ6_K {
     }
 };
 
+/* The legacy GGUF blocks of 32 (Q4_0 {f16 d; u8 qs[16]}, Q4_1 {f16 d, m; qs}, Q5_0 {f16 d;
+ * u8 qh[4]; qs}, Q5_1 {f16 d, m; qh; qs}): element j < 16 is the low nibble of qs[j],
+ * element j + 16 the high one, the fifth bit (Q5) bit j of qh. Value d (q - 8) / d (q - 16)
+ * (no bias term: S - off (V0 + V1), an exact integer) or d q + m (bias m X). Small Gemma
+ * GGUFs keep these types where a row is not a multiple of 256 (the 270M model's 640-wide
+ * projections are Q5_0). */
+__device__ __forceinline__ uint32_t spread_nibble(uint32_t n) { /* bit i of n -> bit 4 of byte i */
+    return (((n & 0xfu) * 0x00204081u) & 0x01010101u) << 4;
+}
+template <bool HM, bool HH>
+struct QLegacy {
+    static constexpr int XB = 1;
+    static constexpr bool IL = false;
+    static constexpr int BYTES = 18 + 2 * HM + 4 * HH, QS = 2 + 2 * HM + 4 * HH;
+    static constexpr int OFF = HM ? 0 : HH ? 16 : 8;
+    struct Raw {
+        uint32_t q[4], dm, qh;
+    };
+    static __device__ __forceinline__ void load(Raw &r, const Ctx &, const uint8_t *row, const uint8_t *,
+                                                const uint8_t *, int ci) {
+        const uint8_t *b = row + (size_t)BYTES * ci;
+        r.dm = HM ? ldw(b) : ldh(b); /* Q4_1 / Q5_1 blocks are 4-byte aligned (mm_prepare) */
+        r.qh = HH ? (HM ? ldw(b + 4) : ldh(b + 2) | ldh(b + 4) << 16) : 0u;
+        ld_a2<4>(r.q, b + QS);
+    }
+    struct Prep {
+        uint32_t u[8];
+        float d, m;
+    };
+    static __device__ __forceinline__ void prep(Prep &p, const Raw &r, const Ctx &) {
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            p.u[w] = r.q[w] & 0x0f0f0f0fu;
+            p.u[4 + w] = (r.q[w] >> 4) & 0x0f0f0f0fu;
+            if (HH) {
+                p.u[w] |= spread_nibble(r.qh >> (4 * w));
+                p.u[4 + w] |= spread_nibble(r.qh >> (16 + 4 * w));
+            }
+        }
+        p.d = f16f(r.dm);
+        p.m = HM ? f16f(r.dm >> 16) : 0.0f;
+    }
+    static __device__ __forceinline__ float acc_block(float acc, const Prep &p, int, const XBlk &x) {
+        int S = dot_words<false, 8>(p.u, x, 0);
+        if (!HM) S -= OFF * (x.m.v0 + x.m.v1);
+        acc = fmaf(p.d * x.m.dx, (float)S, acc);
+        return HM ? fmaf(p.m, x.m.X, acc) : acc;
+    }
+};
+using QQ4_0 = QLegacy<false, false>;
+using QQ4_1 = QLegacy<true, false>;
+using QQ5_0 = QLegacy<false, true>;
+using QQ5_1 = QLegacy<true, true>;
+
 /* prep() with or without the chunk index (only the K-quants need it) */
 template <class T>
 __device__ __forceinline__ void prep_of(typename T::Prep &p, const typename T::Raw &r, const Ctx &c, int ci) {
@@ -498,6 +553,10 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
 
 /* ---- host side ---- */
 
+/* ls_cuda_mmq_policy: 0 = use_mma decides, 1 = dp4a only, 2 = tensor-core tiles for every
+ * call (tests compare the two kernels on small matrices with it). */
+std::atomic<int> g_policy{0};
+
 size_t rows_bytes(int64_t rows, int64_t K) {
     return (size_t)rows * (size_t)(K / QB) * (XB_BYTES + sizeof(Meta));
 }
@@ -522,7 +581,8 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
             quant_x_kernel<T::IL, true><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
         else
             quant_x_kernel<T::IL, false><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
-        if (mr >= ls::mmq::MMA_MIN_ROWS) {
+        const int pol = g_policy.load(std::memory_order_relaxed);
+        if (pol == 2 || (pol == 0 && ls::mmq::use_mma(mr, c.N))) {
             if (ls::mmq::mma_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0) return -1;
             continue;
         }
@@ -550,11 +610,20 @@ extern "C" int ls_cuda_mmq_key(const ls_weight *w) {
     switch (key) {
     case 104:
     case 108: return w->group >= QB ? key : -1;
+    case LS_TYPE_Q4_0:
+    case LS_TYPE_Q4_1:
+    case LS_TYPE_Q5_0:
+    case LS_TYPE_Q5_1:
     case LS_TYPE_Q8_0:
     case LS_TYPE_Q4_K:
     case LS_TYPE_Q6_K: return key;
     default: return -1;
     }
+}
+
+extern "C" int ls_cuda_mmq_policy(int policy) {
+    if (policy < 0 || policy > 2) return -1;
+    return g_policy.exchange(policy);
 }
 
 extern "C" size_t ls_cuda_mmq_scratch_bytes(int64_t rows, int64_t cols) {
@@ -573,6 +642,10 @@ extern "C" int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, 
     switch (key) {
     case 104: return launch<QMlx4>(st, key, c, x, m, y, scratch, scratch_bytes);
     case 108: return launch<QMlx8>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q4_0: return launch<QQ4_0>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q4_1: return launch<QQ4_1>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q5_0: return launch<QQ5_0>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case LS_TYPE_Q5_1: return launch<QQ5_1>(st, key, c, x, m, y, scratch, scratch_bytes);
     case LS_TYPE_Q8_0: return launch<QQ8_0>(st, key, c, x, m, y, scratch, scratch_bytes);
     case LS_TYPE_Q4_K: return launch<QQ4_K>(st, key, c, x, m, y, scratch, scratch_bytes);
     case LS_TYPE_Q6_K: return launch<QQ6_K>(st, key, c, x, m, y, scratch, scratch_bytes);

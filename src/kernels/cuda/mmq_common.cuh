@@ -25,8 +25,16 @@ namespace ls::mmq {
 constexpr int QB = 32;           /* activation block */
 constexpr int XB_BYTES = 2 * QB; /* h plane then l plane of one block */
 
-/* Calls of at least this many rows take the tensor-core kernel (same bits, see above). */
+/* Which kernel serves a call (same bits either way, see above): the tensor-core tiles of
+ * 32 x 32 outputs when the call has at least MMA_MIN_ROWS rows and enough tiles to fill
+ * the GPU (MMA_MIN_TILES: two per SM of an H200); else the dp4a kernel, whose tiles of
+ * 4 x 8 outputs spread a small matrix (a 270M model's 640-row projections, a 32-row
+ * batcher step) over more warps. */
 constexpr int64_t MMA_MIN_ROWS = 16;
+constexpr int64_t MMA_MIN_TILES = 264;
+inline bool use_mma(int64_t M, int64_t N) {
+    return M >= MMA_MIN_ROWS && ((M + 31) / 32) * ((N + 31) / 32) >= MMA_MIN_TILES;
+}
 
 /* Block metadata, 16 bytes: dx, X (f32), V0, V1 (int32 bits). */
 struct Meta {

@@ -35,8 +35,8 @@ using ls::mmq::XB_BYTES;
 
 constexpr int TW = 32; /* weight rows per warp */
 constexpr int TA = 32; /* activation rows per warp */
-constexpr int BW = 2;  /* warps along the weight rows of a block */
-constexpr int BA = 2;  /* warps along the activation rows */
+constexpr int BW = 1;  /* warps along the weight rows of a block */
+constexpr int BA = 1;  /* warps along the activation rows */
 
 /* C = A B over one m16n8k32 tile, C starting at 0; A unsigned or signed bytes. */
 template <bool AU>
@@ -167,6 +167,38 @@ struct MQ6_K {
     }
 };
 
+/* Legacy blocks of 32 (mmq.cu's QLegacy): thread t4 takes elements 8 t4 .. 8 t4 + 7, the
+ * low (t4 < 2) or high (t4 >= 2) nibbles of qs[8 (t4 & 1) ..], fifth bits from qh. */
+__device__ __forceinline__ uint32_t spread_nibble(uint32_t n) { /* bit i of n -> bit 4 of byte i */
+    return (((n & 0xfu) * 0x00204081u) & 0x01010101u) << 4;
+}
+template <bool HM, bool HH>
+struct MLegacy {
+    static constexpr int XB = 1;
+    static constexpr bool AU = true;
+    static constexpr int KIND = HM ? 0 : 3; /* 3: fmaf(a dx, S - OFF (V0 + V1), acc) */
+    static constexpr int BYTES = 18 + 2 * HM + 4 * HH, QS = 2 + 2 * HM + 4 * HH;
+    static constexpr int OFF = HM ? 0 : HH ? 16 : 8;
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, int n, int ci, int t4) {
+        static_assert(HM == (OFF == 0), "a bias term or an offset, not both");
+        const uint8_t *b = c.w + (size_t)n * c.row_bytes + (size_t)BYTES * ci;
+        uint32_t q[2];
+        ld_a2<2>(q, b + QS + 8 * (t4 & 1));
+        const unsigned sh = t4 >= 2 ? 4u : 0u;
+        uint32_t lo = (q[0] >> sh) & 0x0f0f0f0fu, hi = (q[1] >> sh) & 0x0f0f0f0fu;
+        if (HH) {
+            const uint32_t qh = HM ? ldw(b + 4) : ldh(b + 2) | ldh(b + 4) << 16;
+            const uint32_t bits = qh >> (8 * t4);
+            lo |= spread_nibble(bits);
+            hi |= spread_nibble(bits >> 4);
+        }
+        o[0].lo = lo;
+        o[0].hi = hi;
+        o[0].a = f16f(ldh(b));
+        o[0].b = HM ? f16f(ldh(b + 2)) : 0.0f;
+    }
+};
+
 /* One activation row's share of one block for thread t4: plane words 2 t4, 2 t4 + 1 of h
  * and of l (B operands, this thread's column g), and the metadata of the two output
  * columns the thread accumulates. */
@@ -175,7 +207,7 @@ struct XFrag {
 };
 
 template <class T>
-__global__ void __launch_bounds__(32 * BW * BA, 3) mma_kernel(const Ctx c, const int8_t *__restrict__ xq,
+__global__ void __launch_bounds__(32 * BW * BA, 12 / (BW * BA)) mma_kernel(const Ctx c, const int8_t *__restrict__ xq,
                                                            const Meta *__restrict__ xm, float *__restrict__ y,
                                                            int64_t M) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -234,9 +266,12 @@ __global__ void __launch_bounds__(32 * BW * BA, 3) mma_kernel(const Ctx c, const
                             dx[j][e] = v.x, xs[j][e] = v.y;
                         } else if (T::KIND == 1) {
                             dx[j][e] = __ldg(mp);
-                        } else {
+                        } else if (T::KIND == 2) {
                             const float4 v = __ldg(reinterpret_cast<const float4 *>(mp));
                             dx[j][e] = v.x, xs[j][e] = v.z, v1[j][e] = __float_as_int(v.w);
+                        } else {
+                            const float4 v = __ldg(reinterpret_cast<const float4 *>(mp));
+                            dx[j][e] = v.x, v1[j][e] = __float_as_int(v.z) + __float_as_int(v.w);
                         }
                     }
                 }
@@ -252,7 +287,8 @@ __global__ void __launch_bounds__(32 * BW * BA, 3) mma_kernel(const Ctx c, const
 #pragma unroll
                             for (int k = 0; k < 4; k++) {
                                 const WBlk &r = k < 2 ? r0 : r1;
-                                const int S = sh[k] * 256 + sl[k];
+                                int S = sh[k] * 256 + sl[k];
+                                if constexpr (T::KIND == 3) S -= T::OFF * v1[j][k & 1];
                                 float acc = fmaf(r.a * dx[j][k & 1], (float)S, la[a][j][k]);
                                 if (T::KIND == 0) acc = fmaf(r.b, xs[j][k & 1], acc);
                                 la[a][j][k] = acc;
@@ -320,6 +356,10 @@ int mma_launch(cudaStream_t st, const Ctx &c, int key, const int8_t *xq, const M
     switch (key) {
     case 104: return launch_t<MMlx4>(st, c, xq, xm, y, M);
     case 108: return launch_t<MMlx8>(st, c, xq, xm, y, M);
+    case LS_TYPE_Q4_0: return launch_t<MLegacy<false, false>>(st, c, xq, xm, y, M);
+    case LS_TYPE_Q4_1: return launch_t<MLegacy<true, false>>(st, c, xq, xm, y, M);
+    case LS_TYPE_Q5_0: return launch_t<MLegacy<false, true>>(st, c, xq, xm, y, M);
+    case LS_TYPE_Q5_1: return launch_t<MLegacy<true, true>>(st, c, xq, xm, y, M);
     case LS_TYPE_Q8_0: return launch_t<MQ8_0>(st, c, xq, xm, y, M);
     case LS_TYPE_Q4_K: return launch_t<MQ4_K>(st, c, xq, xm, y, M);
     case LS_TYPE_Q6_K: return launch_t<MQ6_K>(st, c, xq, xm, y, M);
