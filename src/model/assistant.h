@@ -105,7 +105,7 @@ int ls_assistant_draft(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd
 
 /* Tests only: replace the sliding window the drafter's sliding layers use. With W + 2 the
  * visible keys become [P-W-1, P-1], which reproduces transformers 5.x's drafter (see the
- * comment at the top of assistant.c); never used by the engine. */
+ * comment at the top of assistant_step.c); never used by the engine. */
 void ls_assistant_override_window(ls_assistant *a, int32_t window);
 
 /* Every constant host range of the assistant (mapped safetensors files, f32 norm vectors),
