@@ -18,11 +18,19 @@ import sys
 
 LIMIT = 120
 
-# Files other branches own and are splitting (the CLI, the server front end and library part,
-# the CUDA kernels, the sampler): their long functions are reported but do not fail the check.
-# Remove an entry once its file is split.
-ALLOW_DIRS = ("tools/cli/", "tools/server/", "src/server/", "src/kernels/cuda/")
-ALLOW_FILES = ("src/decode/sampler.c",)
+# Files in the folders other branches own and are splitting (tools/cli, tools/server,
+# src/server, src/kernels/cuda; the sampler, src/decode/sampler.c): their long functions are
+# reported but do not fail the check. Only files of those folders may be listed here (checked
+# below); remove an entry once its functions are split on its branch.
+OWNED_ELSEWHERE = ("tools/cli/", "tools/server/", "src/server/", "src/kernels/cuda/", "src/decode/sampler.")
+ALLOW_FILES = (
+    "tools/server/cmd_serve.c",  # cmd_serve
+    "tools/server/http.c",  # handle_generate
+    "tools/cli/cmd_run.c",  # cmd_run
+    "src/kernels/cuda/attention.cu",  # k_attn_part
+    "src/kernels/cuda/matmul.cu",  # mm_kernel
+)
+assert all(f.startswith(OWNED_ELSEWHERE) for f in ALLOW_FILES), "allowlist entry outside the folders owned elsewhere"
 
 SCAN_DIRS = ("src", "tools")
 EXTS = (".c", ".cu", ".cpp", ".cc")
@@ -196,7 +204,7 @@ def main(argv):
     for n, rel, a, name in found:
         if n <= limit:
             break
-        allowed = rel.startswith(ALLOW_DIRS) or rel in ALLOW_FILES
+        allowed = rel in ALLOW_FILES
         print("%s %s:%d %s: %d lines (limit %d)" % ("allowlisted" if allowed else "FAIL", rel, a, name, n, limit))
         bad += not allowed
     if top:
