@@ -1,4 +1,4 @@
-/* Gemma 4 assistant drafter (gemma.md 5.4-5.6). It keeps no state between rounds: each
+/* Gemma 4 assistant drafter (docs/gemma.md 5.4-5.6). It keeps no state between rounds: each
  * propose reads, from the target session,
  *   - hprev: the target's final-normed hidden row at position P-1 (ls_session_hidden; the
  *     last eval with logits covered it: the prefill's last row, or row `accepted` of the

@@ -1,4 +1,4 @@
-/* The start-up exactness probe (speculative.md section 6): a safety net that checks, on
+/* The start-up exactness probe (docs/speculative.md section 6): a safety net that checks, on
  * throw-away caches, that a K-row verify block produces byte-identical logits to K
  * single-token steps, for short random prompts and one longer than the sliding window.
  * On failure (or on request) it reruns with per-layer capture of every sub-op in both

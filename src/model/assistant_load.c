@@ -36,7 +36,7 @@ __attribute__((format(printf, 2, 3))) static void lfail(loader *L, const char *f
 }
 
 /* HF names, with the MLX spellings tried too: an optional "language_model." prefix, or the
- * name without its leading "model." (spec 6.3). */
+ * name without its leading "model." (docs/gemma.md 6.3). */
 static const ls_st_tensor *tfind(const ls_st_set *st, const char *name) {
     const ls_st_tensor *t = ls_st_find(st, name);
     if (t) return t;

@@ -2,12 +2,12 @@
  * bound to the step's backend. Loading is in assistant_load.c. See assistant.h and
  * docs/gemma.md 5.
  *
- * Sliding-window keys. The spec (5.4) and mlx-vlm (masks.py: dist < window) let the draft
+ * Sliding-window keys. docs/gemma.md 5.4 and mlx-vlm (masks.py: dist < window) let the draft
  * query at position P see the target's keys k in [P-W+1, P-1] (W-1 keys); the backend's
  * attention with strictly_before and window W gives exactly that range. transformers 5.x
  * (create_bidirectional_sliding_window_mask, |q - kv| <= W, then flipped) sees
  * k in [P-W-1, P-1] (W+1 keys) instead. The two agree while P < W and on full layers
- * (all k < P); we follow the spec / mlx-vlm (tests/test_assistant.c checks both: mlx-vlm on
+ * (all k < P); we follow docs/gemma.md / mlx-vlm (tests/test_assistant.c checks both: mlx-vlm on
  * every round, transformers where they agree). */
 #include "model/assistant_internal.h"
 
@@ -110,7 +110,7 @@ static int kv_check(ls_assistant *a, const ls_asst_kv *kv, bool sliding, int32_t
     return 0;
 }
 
-/* The sparse centroid head (spec 5.5): cluster scores on the backend, the top-k clusters'
+/* The sparse centroid head (docs/gemma.md 5.5): cluster scores on the backend, the top-k clusters'
  * candidate ids on the host, then the candidates' logits on the backend; the full row
  * (candidates, and a fill value below the smallest elsewhere) is built on the host. */
 static void centroid_head(ls_assistant *a, ls_backend *be, const float *h, float *logits) {
@@ -175,7 +175,7 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
         /* attention: q only; K/V are the target's; a->a = in_ln(h) */
         op->matmul(be, &ly->q, a->a, 1, a->q);
         /* q_norm and the target's rope op, so the query rotates exactly like the target's keys
-         * (spec 3.4: pairs (j, j + hd/2), full layers proportional with the exponent over the
+         * (docs/gemma.md 3.4: pairs (j, j + hd/2), full layers proportional with the exponent over the
          * full dim) */
         op->norm_rope(be, a->q, ly->q_norm, 1, a->n_heads, ly->hd, a->eps, ly->n_rot_pairs, a->qpos, ly->theta,
                       ly->freq_scale);

@@ -1,5 +1,5 @@
 /* Loading a Gemma 3 GGUF: read the hyper-parameters, bind every tensor to a layer slot,
- * and check every shape and type once so the forward pass can trust them (style.md #8). */
+ * and check every shape and type once so the forward pass can trust them */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -275,7 +275,7 @@ static int bind_scalar(hf_loader *L, const char *name, float *out) {
 }
 
 /* sqrt(hidden) as the reference computes it: rounded to bf16 when the embedding is stored
- * in bf16 (HF casts the scale to the weight dtype; gemma.md 3.1), exact otherwise. */
+ * in bf16 (HF casts the scale to the weight dtype; docs/gemma.md 3.1), exact otherwise. */
 static float embed_scale(const ls_weight *e, int32_t hidden) {
     float s = sqrtf((float)hidden);
     bool bf16 = e->type == LS_TYPE_BF16 || (e->type == LS_TYPE_MLX_AFFINE && e->sb_type == LS_TYPE_BF16);
