@@ -108,7 +108,8 @@ struct ls_model {
     char path[1024];
     uint64_t file_size;
     int64_t file_mtime;
-    /* Set by the loaders when one of their own allocations (tables, weight copies) failed:
+    /* Set by the loaders when one of their own allocations (tables, weight copies, the
+     * tokenizer) failed:
      * ls_model_open then returns LS_ERR_NOMEM instead of LS_ERR. */
     bool load_nomem;
 };

@@ -506,7 +506,11 @@ int ls_model_load_hf(ls_model *m, const char *dir, char *err, size_t errlen) {
     if (stat(p, &sb) == 0) m->file_mtime = (int64_t)sb.st_mtime;
     m->file_size = m->weight_bytes;
     snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-    if (ls_tokenizer_from_json(p, &m->tok, err, errlen) != 0) goto done;
+    int trc = ls_tokenizer_from_json(p, &m->tok, err, errlen);
+    if (trc != 0) {
+        m->load_nomem |= trc == LS_ERR_NOMEM; /* ls_model_open then returns LS_ERR_NOMEM */
+        goto done;
+    }
     if (ls_tokenizer_n_vocab(m->tok) > m->cfg.n_vocab) {
         ERRF("model: tokenizer has %d tokens but embed_tokens has %d rows", ls_tokenizer_n_vocab(m->tok),
              m->cfg.n_vocab);

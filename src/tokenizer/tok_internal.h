@@ -106,7 +106,8 @@ static inline uint32_t tok_pair_hash(const char *s, uint32_t la, uint32_t lb) {
  * (as ls_tokenizer_create does): lets the JSON loader resolve specials by text on the built
  * tokenizer instead of building it twice. 0, or -1 + message for an id out of range. */
 int ls_tok_set_specials(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen);
-/* Builds the merge table from desc (called by ls_tokenizer_create). 0, or -1 + message. */
+/* Builds the merge table from desc (called by ls_tokenizer_create). 0, or -1 / LS_ERR_NOMEM
+ * + message. */
 int ls_tok_bpe_build(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen);
 void ls_tok_bpe_free(ls_tokenizer *t);
 /* Rank of the merge (a = s[0..la), b = s[la..la+lb)), or -1. */

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fault.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/utf8.h"
 
@@ -308,11 +309,12 @@ static int validate_desc(const ls_tokenizer_desc *d, uint64_t *total_out, char *
     return 0;
 }
 
-/* Copies texts, scores and types into t and builds the text -> id hash. 0; -1 + message. */
+/* Copies texts, scores and types into t and builds the text -> id hash. 0, or -1 /
+ * LS_ERR_NOMEM + message. */
 static int build_vocab(ls_tokenizer *t, const ls_tokenizer_desc *d, uint64_t total, char *err, size_t errlen) {
     int32_t n = d->n_vocab;
     t->n_vocab = n;
-    t->blob = malloc(total);
+    t->blob = ls_fault_malloc(LS_FAULT_TOKENIZER, total);
     t->offs = malloc((size_t)n * sizeof *t->offs);
     t->lens = malloc((size_t)n * sizeof *t->lens);
     t->scores = malloc((size_t)n * sizeof *t->scores);
@@ -323,7 +325,7 @@ static int build_vocab(ls_tokenizer *t, const ls_tokenizer_desc *d, uint64_t tot
     if (!t->blob || !t->offs || !t->lens || !t->scores || !t->types || !t->hash || !hv) {
         free(hv);
         set_err(err, errlen, "tokenizer: out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     memset(t->hash, 0xff, ((size_t)t->hash_mask + 1) * sizeof *t->hash);
 
@@ -445,25 +447,28 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
     ls_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
         set_err(err, errlen, "tokenizer: out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     t->model = d->model;
     t->hf = d->hf;
     t->byte_fallback = true;
     t->ignore_merges = d->ignore_merges;
-    if (build_vocab(t, d, total, err, errlen) || ls_tok_set_specials(t, d, err, errlen)) goto fail;
+    int rc;
+    if ((rc = build_vocab(t, d, total, err, errlen)) != 0 || (rc = ls_tok_set_specials(t, d, err, errlen)) != 0)
+        goto fail;
     apply_llama_type_overrides(t);
-    if (t->model == LS_TOKENIZER_MODEL_BPE && ls_tok_bpe_build(t, d, err, errlen)) goto fail;
+    if (t->model == LS_TOKENIZER_MODEL_BPE && (rc = ls_tok_bpe_build(t, d, err, errlen)) != 0) goto fail;
     build_byte_tables(t);
     if (build_special_matcher(t)) {
         set_err(err, errlen, "tokenizer: out of memory");
+        rc = LS_ERR_NOMEM;
         goto fail;
     }
     *out = t;
     return 0;
 fail:
     ls_tokenizer_free(t);
-    return -1;
+    return rc;
 }
 
 void ls_tokenizer_free(ls_tokenizer *t) {

@@ -192,7 +192,7 @@ static int views_alloc(const gguf_tok_arrays *a, gguf_tok_views *v, char *err, s
     if (!v->texts || !v->lens || (a->scores && !v->sc) || (a->types && !v->ty) ||
         (a->merges && (!v->ma || !v->mb || !v->mla || !v->mlb))) {
         set_err(err, errlen, "tokenizer: out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     return 0;
 }
@@ -254,9 +254,9 @@ int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, si
     d.n_vocab = (int32_t)a.n;
     if (read_specials(f, &a, &d, err, errlen)) return -1;
     gguf_tok_views v = {0};
-    int rc = -1;
-    if (views_alloc(&a, &v, err, errlen) == 0 && split_merges(a.merges, &v, err, errlen) == 0 &&
-        fill_tokens(&a, &v, err, errlen) == 0) {
+    int rc = views_alloc(&a, &v, err, errlen);
+    if (rc == 0 && (rc = split_merges(a.merges, &v, err, errlen)) == 0 &&
+        (rc = fill_tokens(&a, &v, err, errlen)) == 0) {
         d.n_merges = a.merges ? (int64_t)a.merges->v.arr.count : 0;
         d.merge_a = v.ma;
         d.merge_b = v.mb;

@@ -103,7 +103,8 @@ static int parse_normalizer(const cJSON *nz, ls_tokenizer *t, char *err, size_t 
             return -1;
         }
         const cJSON *c;
-        cJSON_ArrayForEach(c, list) if (parse_normalizer(c, t, err, errlen, depth + 1)) return -1;
+        int rc;
+        cJSON_ArrayForEach(c, list) if ((rc = parse_normalizer(c, t, err, errlen, depth + 1)) != 0) return rc;
         return 0;
     }
     if (t->n_norm >= TOK_MAX_PIPELINE) {
@@ -142,7 +143,7 @@ static int parse_normalizer(const cJSON *nz, ls_tokenizer *t, char *err, size_t 
     t->n_norm++;
     if (!st->a || !st->b) {
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     return 0;
 }
@@ -162,7 +163,8 @@ static int parse_pretok(const cJSON *pt, ls_tokenizer *t, char *err, size_t errl
             return -1;
         }
         const cJSON *c;
-        cJSON_ArrayForEach(c, list) if (parse_pretok(c, t, err, errlen, depth + 1)) return -1;
+        int rc;
+        cJSON_ArrayForEach(c, list) if ((rc = parse_pretok(c, t, err, errlen, depth + 1)) != 0) return rc;
         return 0;
     }
     if (strcmp(ty, "Split") != 0) {
@@ -205,7 +207,7 @@ static int parse_pretok(const cJSON *pt, ls_tokenizer *t, char *err, size_t errl
     st->b = dup_n("", 0);
     if (!st->a || !st->b) {
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     return 0;
 }
@@ -434,7 +436,7 @@ static int read_merges(json_tok *j, char *err, size_t errlen) {
     j->mlb = malloc((size_t)(nm ? nm : 1) * sizeof *j->mlb);
     if (!j->ma || !j->mb || !j->mla || !j->mlb) {
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     int k = 0;
     const cJSON *it;
@@ -506,7 +508,7 @@ static int check_merges(const json_tok *j, const ls_tokenizer *t, char *err, siz
     char *joined = malloc(jcap);
     if (!joined) {
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     for (int i = 0; i < j->nm; i++) {
         int32_t a = ls_tokenizer_find_n(t, j->ma[i], j->mla[i]), b = ls_tokenizer_find_n(t, j->mb[i], j->mlb[i]);
@@ -534,9 +536,10 @@ static int read_json_tok(json_tok *j, const char *json, size_t len, const char *
     j->in_model = calloc((size_t)j->n, 1);
     if (!j->texts || !j->lens || !j->types || !j->in_model) {
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
-    return read_vocab(j, err, errlen) || read_added(j, err, errlen) || read_merges(j, err, errlen) ? -1 : 0;
+    if (read_vocab(j, err, errlen) || read_added(j, err, errlen)) return -1;
+    return read_merges(j, err, errlen);
 }
 
 int ls_tokenizer_from_json_mem(const char *json, size_t len, const char *config_json, size_t config_len,
@@ -549,7 +552,7 @@ int ls_tokenizer_from_json_mem(const char *json, size_t len, const char *config_
     json_tok j = {0};
     ls_tokenizer *t = NULL;
     int rc = -1;
-    if (read_json_tok(&j, json, len, config_json, config_len, err, errlen)) goto done;
+    if ((rc = read_json_tok(&j, json, len, config_json, config_len, err, errlen)) != 0) goto done;
     ls_tokenizer_desc d = {
         .n_vocab = j.n,
         .texts = j.texts,
@@ -572,14 +575,14 @@ int ls_tokenizer_from_json_mem(const char *json, size_t len, const char *config_
     };
     /* Built once without specials: resolving them needs the text -> id map; they are set on
      * the built tokenizer afterwards (ls_tok_set_specials, as ls_tokenizer_create sets them). */
-    if (ls_tokenizer_create(&d, &t, err, errlen) || resolve_specials(&j, t, &d, err, errlen) ||
-        check_merges(&j, t, err, errlen) || ls_tok_set_specials(t, &d, err, errlen))
+    if ((rc = ls_tokenizer_create(&d, &t, err, errlen)) != 0 || (rc = resolve_specials(&j, t, &d, err, errlen)) != 0 ||
+        (rc = check_merges(&j, t, err, errlen)) != 0 || (rc = ls_tok_set_specials(t, &d, err, errlen)) != 0)
         goto done;
     t->byte_fallback = j.byte_fallback;
     t->fuse_unk = j.fuse_unk;
     t->unescape_user = decoder_unescapes(cJSON_GetObjectItemCaseSensitive(j.root, "decoder"), 0);
-    if (parse_normalizer(cJSON_GetObjectItemCaseSensitive(j.root, "normalizer"), t, err, errlen, 0) ||
-        parse_pretok(cJSON_GetObjectItemCaseSensitive(j.root, "pre_tokenizer"), t, err, errlen, 0))
+    if ((rc = parse_normalizer(cJSON_GetObjectItemCaseSensitive(j.root, "normalizer"), t, err, errlen, 0)) != 0 ||
+        (rc = parse_pretok(cJSON_GetObjectItemCaseSensitive(j.root, "pre_tokenizer"), t, err, errlen, 0)) != 0)
         goto done;
     *out = t;
     t = NULL;
@@ -590,12 +593,13 @@ done:
     return rc;
 }
 
-/* Whole file, NUL-terminated; NULL + *missing when it does not exist. */
-static char *slurp(const char *path, size_t *len, bool *missing, char *err, size_t errlen) {
-    *missing = false;
+/* Whole file, NUL-terminated; NULL + *why (1: it does not exist, LS_ERR_NOMEM, -1: unreadable)
+ * and a message. */
+static char *slurp(const char *path, size_t *len, int *why, char *err, size_t errlen) {
+    *why = -1;
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        *missing = true;
+        *why = 1;
         jerr(err, errlen, "cannot open %s", path);
         return NULL;
     }
@@ -606,6 +610,7 @@ static char *slurp(const char *path, size_t *len, bool *missing, char *err, size
         jerr(err, errlen, "%s: unreadable or larger than %zu bytes", path, JSON_MAX_FILE);
     } else if (!(buf = malloc((size_t)sz + 1))) {
         jerr(err, errlen, "out of memory");
+        *why = LS_ERR_NOMEM;
     } else if (fread(buf, 1, (size_t)sz, fp) != (size_t)sz) {
         jerr(err, errlen, "%s: read error", path);
         free(buf);
@@ -625,9 +630,9 @@ int ls_tokenizer_from_json(const char *path, ls_tokenizer **out, char *err, size
         return -1;
     }
     size_t len = 0, clen = 0;
-    bool missing;
-    char *json = slurp(path, &len, &missing, err, errlen);
-    if (!json) return -1;
+    int why;
+    char *json = slurp(path, &len, &why, err, errlen);
+    if (!json) return why == LS_ERR_NOMEM ? LS_ERR_NOMEM : -1;
     /* tokenizer_config.json next to it: "<dir>/<prefix>tokenizer_config.json" for
      * "<dir>/<prefix>tokenizer.json", else "<dir>/tokenizer_config.json". */
     char *cfg = NULL;
@@ -636,7 +641,7 @@ int ls_tokenizer_from_json(const char *path, ls_tokenizer **out, char *err, size
     if (!cpath) {
         free(json);
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -644,14 +649,14 @@ int ls_tokenizer_from_json(const char *path, ls_tokenizer **out, char *err, size
     if (bl >= 14 && strcmp(base + bl - 14, "tokenizer.json") == 0) {
         memcpy(cpath, path, pl - 5);
         strcpy(cpath + pl - 5, "_config.json");
-        cfg = slurp(cpath, &clen, &missing, err, errlen);
-        if (!cfg && !missing) goto fail;
+        cfg = slurp(cpath, &clen, &why, err, errlen);
+        if (!cfg && why != 1) goto fail;
     }
     if (!cfg) {
         memcpy(cpath, path, (size_t)(base - path));
         strcpy(cpath + (base - path), "tokenizer_config.json");
-        cfg = slurp(cpath, &clen, &missing, err, errlen);
-        if (!cfg && !missing) goto fail;
+        cfg = slurp(cpath, &clen, &why, err, errlen);
+        if (!cfg && why != 1) goto fail;
     }
     int rc = ls_tokenizer_from_json_mem(json, len, cfg, clen, out, err, errlen);
     free(cpath);
@@ -661,5 +666,5 @@ int ls_tokenizer_from_json(const char *path, ls_tokenizer **out, char *err, size
 fail:
     free(cpath);
     free(json);
-    return -1;
+    return why == LS_ERR_NOMEM ? LS_ERR_NOMEM : -1;
 }
