@@ -10,7 +10,7 @@
  * Step 1 feeds (bonus, hprev), step k feeds (d_{k-1}, hnext_{k-1}), all at position P. Each
  * draft is chosen with the target's sampler at its absolute position (greedy when asked),
  * like the draft-model drafter (its sampler scratch is the drafter's own, sized at
- * creation). The loop itself is ls_assistant_draft (model/assistant.c), which the reference
+ * creation). The loop itself is ls_assistant_draft (model/assistant_step.c), which the reference
  * tests run too. Anything unusable (no hidden row for P-1, a cache not covering the window)
  * makes it propose nothing rather than fail the generation; a step that fails says why in
  * the log (once at WARN, then at DEBUG). */
