@@ -29,8 +29,8 @@ typedef struct ls_session ls_session;
 /* ---- model ---------------------------------------------------------------------- */
 
 /* A GGUF file or a Hugging Face / MLX checkpoint directory. LS_ERR_NOMEM when memory runs
- * out while loading (the loader's tables and weight copies), LS_ERR for anything it cannot
- * use (err names it). */
+ * out while loading (the loader's tables and weight copies, the tokenizer), LS_ERR for
+ * anything it cannot use (err names it). */
 int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen);
 void ls_model_close(ls_model *m);
 
@@ -320,7 +320,8 @@ enum {
     /* (const char *site, int count): fault injection: the next `count` allocations at `site`
      * fail as if memory ran out; count 0 disarms it. Sites: "sampler" (the sampling scratch of
      * a session, a drafter or one ls_sample call), "model" (the loader's tables and weight
-     * copies in ls_model_open). */
+     * copies in ls_model_open), "tokenizer" (the tokenizer's text table, built by
+     * ls_model_open). */
     LS_TESTCTL_FAULT_ALLOC = 6,
     /* (char *buf, size_t cap): the effective settings as one line of key=value pairs, e.g.
      * "isa=avx2 cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off"

@@ -1,6 +1,6 @@
-/* Tests for the Gemma 4 assistant drafter (src/model/assistant.c) against the reference goldens
- * in tests/data/hf/gemma4_{dense,ple}_assistant/golden (transformers 5.24 and mlx-vlm 0.7.10,
- * both fed the same target K/V, hprev and bonus token; see tests/data/hf/README.md).
+/* Tests for the Gemma 4 assistant drafter (src/model/assistant_load.c, assistant_step.c)
+ * against the reference goldens in tests/data/hf/gemma4_{dense,ple}_assistant/golden (transformers 5.24 and mlx-vlm
+ * 0.7.10, both fed the same target K/V, hprev and bonus token; see tests/data/hf/README.md).
  *
  * (a) Every round of both fixtures (dense tied head; centroid head): the K/V views are built
  *     from the golden [kv_heads, P, d] arrays (transposed to the cache layout [slot][n_kv*d]),
@@ -8,7 +8,7 @@
  *     the greedy 4-step chain must propose exactly mlx-vlm's tokens with per-step logits
  *     within rel L2 1e-3 of mlx-vlm's. On round 2 (P = 6 < window 8, where the references
  *     agree) also transformers' tokens, logits and hnext (rel L2 1e-3).
- * (b) The sliding-window discrepancy (assistant.c header): on rounds 0/1 (P = 30) our
+ * (b) The sliding-window discrepancy (assistant_step.c header): on rounds 0/1 (P = 30) our
  *     spec-following logits must be FAR from transformers' (so (a) discriminates), and with the
  *     window widened by 2 (transformers' keys [P-W-1, P-1]) the chain must reproduce
  *     transformers' tokens, logits and hnext — every other part (full layers, heads, chain) is

@@ -6,7 +6,8 @@
  *       error (ls_sample, ls_session_create, ls_drafter_model_create), never dropped penalties
  *       or a greedy fallback; and the session's preallocated scratch chooses exactly the tokens
  *       ls_sample chooses (penalties included);
- *   (c) ls_model_open reports running out of memory as LS_ERR_NOMEM;
+ *   (c) ls_model_open reports running out of memory as LS_ERR_NOMEM, also when it is the
+ *       tokenizer's (GGUF and tokenizer.json) that runs out;
  *   (d) the probe's verdict memo is written only where the front end says. */
 #include <dirent.h>
 #include <setjmp.h>
@@ -226,6 +227,34 @@ static void test_model_open_nomem(void **state) {
     ls_model_close(m);
 }
 
+/* The tokenizer's allocations fail: ls_model_open says LS_ERR_NOMEM (it said LS_ERR), for a
+ * GGUF file and for a checkpoint directory (tokenizer.json); the next open works. */
+static void test_model_open_tokenizer_nomem(void **state) {
+    (void)state;
+    char err[256] = "";
+    fixture_params p = fixture_default_params();
+    p.n_layer = 2;
+    ls_model *m = NULL;
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_ALLOC, "tokenizer", 1), LS_OK);
+    assert_int_equal(fixture_open(&p, &m, err, sizeof err), LS_ERR_NOMEM);
+    assert_null(m);
+    assert_non_null(strstr(err, "tokenizer: out of memory"));
+    assert_int_equal(fixture_open(&p, &m, err, sizeof err), LS_OK);
+    ls_model_close(m);
+    m = NULL;
+
+    const char *data = getenv("LOCKSTEP_TEST_DATA");
+    assert_non_null(data);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/hf/gemma3_text", data);
+    assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_ALLOC, "tokenizer", 1), LS_OK);
+    assert_int_equal(ls_model_open(dir, &m, err, sizeof err), LS_ERR_NOMEM);
+    assert_null(m);
+    assert_non_null(strstr(err, "out of memory"));
+    assert_int_equal(ls_model_open(dir, &m, err, sizeof err), LS_OK);
+    ls_model_close(m);
+}
+
 /* ---- (d) ------------------------------------------------------------------------------------ */
 
 static int count_files(const char *dir, const char *suffix) {
@@ -300,6 +329,7 @@ int main(void) {
         cmocka_unit_test(test_session_alloc_failure),
         cmocka_unit_test(test_session_scratch_same_tokens),
         cmocka_unit_test(test_model_open_nomem),
+        cmocka_unit_test(test_model_open_tokenizer_nomem),
         cmocka_unit_test(test_probe_memo_dir),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,4 +1,4 @@
-/* Bitwise batch invariance of the CPU kernels (speculative.md sections 1-2).
+/* Bitwise batch invariance of the CPU kernels (docs/speculative.md sections 1-2).
  *
  * For every weight type, K in two sizes, three random draws and N = 37 (not a multiple of
  * the 8-row groups, so both the eight-row and the single-row kernels are exercised):

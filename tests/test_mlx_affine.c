@@ -1,4 +1,4 @@
-/* MLX affine-quantized weights (kernels/cpu/mlx_affine*.c, gemma.md 6.4).
+/* MLX affine-quantized weights (kernels/cpu/mlx_affine*.c, docs/gemma.md 6.4).
  *
  *  - golden (tools/gen_mlx_quant_golden.py -> tests/data/mlx_affine/, mlx 0.32): our
  *    dequantizer equals mx.dequantize bit for bit, for every bits x group x scale dtype;

@@ -1,4 +1,4 @@
-/* The start-up exactness probe (speculative.md section 6) on the random-weight fixture:
+/* The start-up exactness probe (docs/speculative.md section 6) on the random-weight fixture:
  * it passes for every block size; with a fault injected into one sub-op of the verify
  * block it fails and names exactly that layer, its kind and that sub-op; generation
  * declines speculation when it fails (or keeps it with allow_inexact); and the per-stage

@@ -1,4 +1,4 @@
-/* Acceptance test of the product promise (speculative.md): with a drafter, generation
+/* Acceptance test of the product promise (docs/speculative.md): with a drafter, generation
  * emits exactly the tokens (and bytes) classic decoding emits, for every drafter, block
  * size, thread count and temperature, and stops at exactly the same place.
  *
@@ -285,7 +285,7 @@ static void test_exact_adaptive(void **state) {
 }
 
 /* Different seeds and a longer generation with the small draft model (divergence tends
- * to show after a few hundred tokens, speculative.md section 9). */
+ * to show after a few hundred tokens, docs/speculative.md section 9). */
 static void test_exact_seeds_long(void **state) {
     (void)state;
     ls_drafter *d = make_drafter(D_SMALL, 1, N_CTX);

@@ -331,7 +331,7 @@ static void test_gemma4_vectors(void **st) {
 static void test_gemma4_specials(void **st) {
     (void)st;
     int32_t ids[64];
-    /* Spec ids (docs: gemma.md section 7). */
+    /* Spec ids (docs: docs/gemma.md section 7). */
     assert_int_equal(ls_tokenizer_bos(g4), 2);
     assert_int_equal(ls_tokenizer_eos(g4), 1);
     assert_true(ls_tokenizer_add_bos(g4));

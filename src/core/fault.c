@@ -8,7 +8,7 @@
 
 #include "lockstep.h"
 
-static const char *const g_site_names[LS_FAULT_SITE_COUNT] = {"sampler", "model"};
+static const char *const g_site_names[LS_FAULT_SITE_COUNT] = {"sampler", "model", "tokenizer"};
 static atomic_int g_armed[LS_FAULT_SITE_COUNT];
 
 int ls_fault_arm(const char *site, int count) {

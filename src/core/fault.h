@@ -11,6 +11,7 @@
 typedef enum {
     LS_FAULT_SAMPLER = 0, /* "sampler": sampling scratch (decode/sampler.c) */
     LS_FAULT_MODEL,       /* "model": the model loader's tables and weight copies */
+    LS_FAULT_TOKENIZER,   /* "tokenizer": the tokenizer's text table (tokenizer/tokenizer.c) */
     LS_FAULT_SITE_COUNT
 } ls_fault_site;
 

@@ -3,7 +3,7 @@
  * ls_pool_run(pool, fn, arg) calls fn(arg, ith, nth) once for every ith in [0, nth) and
  * returns when all have finished; the calling thread runs ith = 0. Kernels split OUTPUT
  * columns, heads or rows by ith, never a reduction dimension, so results do not depend on
- * nth (speculative.md section 2). Workers spin briefly between jobs (a decode step runs
+ * nth (docs/speculative.md section 2). Workers spin briefly between jobs (a decode step runs
  * hundreds of small jobs) and then sleep. */
 #ifndef LS_CORE_THREADS_H
 #define LS_CORE_THREADS_H

@@ -1,4 +1,4 @@
-/* Adaptive block width (speculative.md section 8).
+/* Adaptive block width (docs/speculative.md section 8).
  *
  * A cost model chooses the verify width k (1 = a classic single-token step) that maximizes
  * expected emitted tokens per millisecond:

@@ -1,4 +1,4 @@
-/* Gemma 4 assistant drafter (gemma.md 5.4-5.6). It keeps no state between rounds: each
+/* Gemma 4 assistant drafter (docs/gemma.md 5.4-5.6). It keeps no state between rounds: each
  * propose reads, from the target session,
  *   - hprev: the target's final-normed hidden row at position P-1 (ls_session_hidden; the
  *     last eval with logits covered it: the prefill's last row, or row `accepted` of the
@@ -10,7 +10,7 @@
  * Step 1 feeds (bonus, hprev), step k feeds (d_{k-1}, hnext_{k-1}), all at position P. Each
  * draft is chosen with the target's sampler at its absolute position (greedy when asked),
  * like the draft-model drafter (its sampler scratch is the drafter's own, sized at
- * creation). The loop itself is ls_assistant_draft (model/assistant.c), which the reference
+ * creation). The loop itself is ls_assistant_draft (model/assistant_step.c), which the reference
  * tests run too. Anything unusable (no hidden row for P-1, a cache not covering the window)
  * makes it propose nothing rather than fail the generation; a step that fails says why in
  * the log (once at WARN, then at DEBUG). */

@@ -1,4 +1,4 @@
-/* Round statistics (speculative.md section 7) as one line of key=value pairs. */
+/* Round statistics (docs/speculative.md section 7) as one line of key=value pairs. */
 #include <stdio.h>
 
 #include "lockstep.h"

@@ -2,7 +2,7 @@
  *
  * Both modes prefill the prompt identically (chunks of n_batch) and choose the token for
  * absolute position p with the same sampler from the logits row of position p-1, with the
- * same history. Speculative rounds (speculative.md section 4): the drafter proposes up to
+ * same history. Speculative rounds (docs/speculative.md section 4): the drafter proposes up to
  * K-1 tokens after the bonus token; ONE target forward runs [bonus, d1..] as a block; row j's
  * logits equal the chain's (batch-invariant kernels), so the choice c_j equals classic
  * decoding's; drafts are accepted while d_{j+1} == c_j; every emitted token is checked for

@@ -186,12 +186,10 @@ typedef struct {
     int32_t first_row;
 } case_result;
 
-/* Prefill the prompt (identically in both arms, the fault off), then run the block tokens
- * as a chain of single steps or as one block. A test fault is on for the block forward
- * only: a faulted prefill would change the keys every block row reads and blame row 0. */
 /* Chain arm: prefill the prompt on a reset session, then K single-token steps. Block arm:
  * roll the same session back to the end of the prompt (the path speculative rounds take)
- * and run the K tokens as one block. The fault switch is on only for that block forward. */
+ * and run the K tokens as one block. The fault switch is on only for that block forward: a
+ * faulted prefill would change the keys every block row reads and blame row 0. */
 static int run_arm(ls_session *s, const probe_fault *f, const int32_t *prompt, int32_t np, const int32_t *blk,
                    int32_t k, bool chain, float *logits, int64_t nv, char *err, size_t errlen) {
     ls_session_set_fault(s, false, 0, 0);
@@ -266,6 +264,44 @@ static void trace_report(const ls_probe_capture *c, const ls_model *m) {
     }
 }
 
+/* The first divergence the capture shows, into res (res->localized false if none). */
+static void localize(const ls_probe_capture *cap, const ls_model *model, ls_probe_result *res) {
+    ls_probe_divergence dv;
+    res->localized = ls_probe_capture_compare(cap, &dv);
+    if (res->localized) {
+        res->layer = dv.layer;
+        res->stage = dv.stage;
+        res->position = dv.position;
+        res->layer_sliding = dv.layer >= 0 && model->layers[dv.layer].sliding;
+    }
+}
+
+/* res->message (and res->block_row for a failure), once res->passed is known. */
+static void describe(ls_probe_result *res, const case_result *fail_cr, int32_t k, int32_t long_len, int32_t window,
+                     const ls_session *s) {
+    if (res->passed) {
+        snprintf(res->message, sizeof res->message,
+                 "exactness probe passed: K=%d, %d prompts (%d short + 1 of %d tokens, beyond the sliding window "
+                 "%d), %lld logit bytes of verify blocks byte-identical to the single-token chain (threads=%d, "
+                 "device=%s, backend=%s)",
+                 k, N_SHORT + 1, N_SHORT, long_len, window, (long long)res->total_bytes, ls_session_n_threads(s),
+                 s->kind->name, s->kind->device_name());
+        return;
+    }
+    res->block_row = fail_cr->first_row;
+    char where[160];
+    if (res->localized)
+        snprintf(where, sizeof where, "layer %d (%s) %s at position %d", res->layer,
+                 res->layer < 0 ? "output" : (res->layer_sliding ? "sliding" : "full"), ls_stage_name(res->stage),
+                 res->position);
+    else
+        snprintf(where, sizeof where, "not localized (captured stages identical)");
+    snprintf(res->message, sizeof res->message,
+             "verify block position %d differs from the single-token chain in %lld of %lld logit bytes; first "
+             "divergence: %s",
+             fail_cr->first_row, (long long)fail_cr->diff_bytes, (long long)fail_cr->total_bytes, where);
+}
+
 int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof *res);
     int32_t k = opt->block_size;
@@ -335,40 +371,13 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
                 rc = run_case(s, k, &fault, prompt, np, blks[c], la, lb, &cap, &cr, err, errlen);
                 if (rc != LS_OK) goto done;
             }
-            ls_probe_divergence dv;
-            res->localized = ls_probe_capture_compare(&cap, &dv);
-            if (res->localized) {
-                res->layer = dv.layer;
-                res->stage = dv.stage;
-                res->position = dv.position;
-                res->layer_sliding = dv.layer >= 0 && model->layers[dv.layer].sliding;
-            }
+            localize(&cap, model, res);
         }
     }
     res->diff_bytes = tot_diff;
     res->total_bytes = tot_bytes;
     res->passed = tot_diff == 0;
-    if (res->passed) {
-        snprintf(res->message, sizeof res->message,
-                 "exactness probe passed: K=%d, %d prompts (%d short + 1 of %d tokens, beyond the sliding window "
-                 "%d), %lld logit bytes of verify blocks byte-identical to the single-token chain (threads=%d, "
-                 "device=%s, backend=%s)",
-                 k, N_SHORT + 1, N_SHORT, long_len, cfg->sliding_window, (long long)tot_bytes, ls_session_n_threads(s),
-                 s->kind->name, s->kind->device_name());
-    } else {
-        res->block_row = fail_cr.first_row;
-        char where[160];
-        if (res->localized)
-            snprintf(where, sizeof where, "layer %d (%s) %s at position %d", res->layer,
-                     res->layer < 0 ? "output" : (res->layer_sliding ? "sliding" : "full"), ls_stage_name(res->stage),
-                     res->position);
-        else
-            snprintf(where, sizeof where, "not localized (captured stages identical)");
-        snprintf(res->message, sizeof res->message,
-                 "verify block position %d differs from the single-token chain in %lld of %lld logit bytes; first "
-                 "divergence: %s",
-                 fail_cr.first_row, (long long)fail_cr.diff_bytes, (long long)fail_cr.total_bytes, where);
-    }
+    describe(res, &fail_cr, k, long_len, cfg->sliding_window, s);
 done:
     free(la);
     free(lb);

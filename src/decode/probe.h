@@ -1,4 +1,4 @@
-/* The start-up exactness probe (speculative.md section 6): a safety net that checks, on
+/* The start-up exactness probe (docs/speculative.md section 6): a safety net that checks, on
  * throw-away caches, that a K-row verify block produces byte-identical logits to K
  * single-token steps, for short random prompts and one longer than the sliding window.
  * On failure (or on request) it reruns with per-layer capture of every sub-op in both
@@ -40,8 +40,9 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
 
 /* Memoized per (model, device kind, drafter, K, threads): the probe runs once per process for
  * each combination, on the session's device; when a memo folder is set
- * (ls_probe_set_memo_dir), passing verdicts are also kept on disk keyed on the build identity
- * (ls_build_id) and the device name (probe.c). */
+ * (ls_probe_set_memo_dir), passing verdicts are also kept on disk, keyed on the model file
+ * (path, size, mtime), the engine version and build identity (ls_build_id), the backend, the
+ * device kind and name, the drafter, K and the thread count (disk_cache_path in probe.c). */
 void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size, ls_probe_result *res);
 
 /* ---- Process-wide switches (set through ls_test_control, include/lockstep.h) ---- */

@@ -1,6 +1,6 @@
 /* Counter-based randomness keyed on (seed, absolute position): the uniform used to
  * sample position p is a pure function of the seed and p, so classic and speculative
- * decoding draw the same number for the same position (speculative.md section 5). */
+ * decoding draw the same number for the same position (docs/speculative.md section 5). */
 #ifndef LS_DECODE_RNG_H
 #define LS_DECODE_RNG_H
 

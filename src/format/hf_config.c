@@ -545,7 +545,7 @@ static void assistant_parse(hf_ctx *c, const hf_view *root, ls_hf_config *o) {
         if (!c->failed && o->vocab_size % o->num_centroids != 0)
             hf_fail(c, "num_centroids: %d does not divide vocab_size %d", o->num_centroids, o->vocab_size);
     }
-    o->final_logit_softcapping = 0; /* the drafter applies no final softcap (spec 5.3) */
+    o->final_logit_softcapping = 0; /* the drafter applies no final softcap (docs/gemma.md 5.3) */
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 /* The tensor type traits table: one designated-initializer entry per supported ggml type
- * id (style.md #4). Entries carry the block geometry, the reference dequantizer and the
+ * id. Entries carry the block geometry, the reference dequantizer and the
  * activation format the CPU dot products want for that weight type. Backends add their
  * own fast kernels elsewhere; this table is the single source of truth for sizes. */
 #include "kernels/types.h"

@@ -4,7 +4,7 @@
  * cache of its own and reads the K/V of the target's last non-shared sliding and full
  * layers. One step maps (token embedding from the target's table, recurrent vector hprev
  * [backbone]) at the fixed position P (the bonus token's) to draft logits and the next
- * recurrent vector hnext (spec 5.3):
+ * recurrent vector hnext (docs/gemma.md 5.3):
  *
  *   x = concat(E_target[tok] * s_emb_target, hprev); h = pre_projection @ x
  *   per layer: sandwich-normed attention (q only; q_norm; RoPE at P; scale 1.0; GQA over the
@@ -44,7 +44,7 @@ typedef struct {
 } ls_asst_kv;
 
 /* The target's token embedding: row tok of `table` times `scale` (the target's embedding
- * scale, spec 3.1). */
+ * scale, docs/gemma.md 3.1). */
 typedef struct {
     const ls_weight *table;
     float scale;
@@ -77,7 +77,7 @@ int ls_assistant_check_target(const ls_assistant *a, const ls_asst_target_geom *
  * attention reduction for contexts of n_ctx positions. */
 int64_t ls_assistant_max_cols(const ls_assistant *a);
 
-/* One drafter step at position P (spec 5.3). tok_embd_scaled: [backbone] target embedding
+/* One drafter step at position P (docs/gemma.md 5.3). tok_embd_scaled: [backbone] target embedding
  * of the input token, already scaled; hprev: [backbone]; both, hnext and the K/V are
  * memory of backend be, logits a host buffer. kv_sliding / kv_full: the target's
  * shared caches (kv_sliding may be NULL when the assistant has no sliding layer, likewise
@@ -93,7 +93,7 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
  * < 0 to stop drafting. */
 typedef int32_t (*ls_asst_choose_fn)(void *ud, int32_t step, const float *logits, const float *hnext);
 
-/* The drafting loop (spec 5.6 step 2), the one the assistant drafter runs: step 1 feeds
+/* The drafting loop (docs/gemma.md 5.6 step 2), the one the assistant drafter runs: step 1 feeds
  * (bonus, hprev), step j > 1 feeds (d_{j-1}, hnext of step j-1), all at position P, and
  * d_j = choose(ud, j - 1, logits of step j, hnext of step j). hprev: [backbone] memory of
  * backend be (the target's final-normed hidden row at P-1); logits: a host buffer of [vocab]
@@ -105,7 +105,7 @@ int ls_assistant_draft(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd
 
 /* Tests only: replace the sliding window the drafter's sliding layers use. With W + 2 the
  * visible keys become [P-W-1, P-1], which reproduces transformers 5.x's drafter (see the
- * comment at the top of assistant.c); never used by the engine. */
+ * comment at the top of assistant_step.c); never used by the engine. */
 void ls_assistant_override_window(ls_assistant *a, int32_t window);
 
 /* Every constant host range of the assistant (mapped safetensors files, f32 norm vectors),

@@ -158,7 +158,7 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
     op->matmul(be, &l->wo, ws->att, n, ws->tmp);
 }
 
-/* PLE inputs of every row (gemma.md 3.1), from the scaled embeddings in ws->x:
+/* PLE inputs of every row (docs/gemma.md 3.1), from the scaled embeddings in ws->x:
  * ple = (RMSNorm_w(W_plmp h0 * H^-0.5) per layer + E_ple[token] * sqrt(P)) * 2^-0.5. */
 static void ple_inputs(ls_backend *be, ls_workspace *ws, const ls_model *m, int32_t n) {
     const ls_config *cfg = &m->cfg;

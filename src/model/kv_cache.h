@@ -5,7 +5,7 @@
  * forward may append (prefill chunk or verify block). When an append would overflow, the
  * front is compacted (memmove) down to the keys the new rows can still see. Keys stay in
  * position order, so a query reads the same keys in the same order whether it runs alone,
- * in a verify block, or after a rollback (speculative.md section 3). A ring buffer that a
+ * in a verify block, or after a rollback (docs/speculative.md section 3). A ring buffer that a
  * block could wrap would not be rollback-safe. Slot s holds absolute position first_pos+s. */
 #ifndef LS_MODEL_KV_CACHE_H
 #define LS_MODEL_KV_CACHE_H

@@ -33,7 +33,7 @@ typedef struct {
     float eps;
     float rope_base_full, rope_base_sliding;
     float attn_scale;    /* applied to q.k (Gemma 3: query_pre_attn_scalar^-0.5; Gemma 4: 1) */
-    float embd_scale;    /* sqrt(n_embd), rounded to bf16 for bf16 checkpoints (gemma.md 3.1) */
+    float embd_scale;    /* sqrt(n_embd), rounded to bf16 for bf16 checkpoints (docs/gemma.md 3.1) */
     float final_softcap; /* logits = c * tanh(logits / c); 0 = none */
     ls_family family;
     /* Maxima over layers, for sizing buffers. */
@@ -50,7 +50,7 @@ typedef struct {
     bool kv_f32;
 } ls_config;
 
-/* Mixture-of-experts block of one layer (runs next to the dense MLP; gemma.md 3.2). */
+/* Mixture-of-experts block of one layer (runs next to the dense MLP; docs/gemma.md 3.2). */
 typedef struct {
     ls_weight router;              /* [n_expert x n_embd] */
     const float *router_scale;     /* [n_embd] */
@@ -108,7 +108,8 @@ struct ls_model {
     char path[1024];
     uint64_t file_size;
     int64_t file_mtime;
-    /* Set by the loaders when one of their own allocations (tables, weight copies) failed:
+    /* Set by the loaders when one of their own allocations (tables, weight copies, the
+     * tokenizer) failed:
      * ls_model_open then returns LS_ERR_NOMEM instead of LS_ERR. */
     bool load_nomem;
 };

@@ -1,5 +1,5 @@
 /* Loading a Gemma 3 GGUF: read the hyper-parameters, bind every tensor to a layer slot,
- * and check every shape and type once so the forward pass can trust them (style.md #8). */
+ * and check every shape and type once so the forward pass can trust them */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,7 +283,11 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
     if (ls_gguf_get_str(m->gguf, "general.name", &s) == 0)
         snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len > 100 ? 100 : s.len), s.ptr);
     if (read_config(m, err, errlen) || bind_tensors(m, err, errlen)) goto fail;
-    if (ls_tokenizer_from_gguf(m->gguf, &m->tok, err, errlen) != 0) goto fail;
+    int trc = ls_tokenizer_from_gguf(m->gguf, &m->tok, err, errlen);
+    if (trc != 0) {
+        m->load_nomem |= trc == LS_ERR_NOMEM;
+        goto fail;
+    }
     if (ls_tokenizer_n_vocab(m->tok) != m->cfg.n_vocab) {
         ERRF("model: tokenizer has %d tokens but token_embd has %d rows", ls_tokenizer_n_vocab(m->tok), m->cfg.n_vocab);
         goto fail;

@@ -62,60 +62,81 @@ static const void *aligned_data(hf_loader *L, const ls_st_tensor *t) {
     return copy;
 }
 
-/* Bind the linear module `mod` (path under the prefix, without ".weight"): nexp experts
- * (0 = a plain 2-D weight) of [rows_total x cols], taking rows [row0, row0 + rows) of each
- * into out[0..max(nexp,1)). The tensor is "<mod>.weight", or "<mod>" itself for HF's
- * fused expert parameters. MLX-quantized iff "<mod>.scales" exists: bits and group follow
- * from the packed and scales widths and must agree with config.json's quantization. */
-static int bind_linear(hf_loader *L, const char *mod, int64_t nexp, int64_t rows_total, int64_t cols, int64_t row0,
-                       int64_t rows, ls_weight *out) {
-    char name[512];
-    snprintf(name, sizeof name, "%s.weight", mod);
-    const ls_st_tensor *t = find(L, name);
-    if (!t) {
-        snprintf(name, sizeof name, "%s", mod);
-        t = find(L, name);
-    }
-    if (!t) {
-        ERRF("model: missing tensor '%s%s.weight'", L->prefix, mod);
+/* One bind_linear call: the module, its weight tensor and the expected layout. */
+typedef struct {
+    const char *mod;
+    char name[512]; /* the weight tensor's name under the prefix */
+    const ls_st_tensor *t;
+    int64_t nexp, rows_total, cols, row0, rows;
+    int nd;        /* 3 with experts, else 2 */
+    int64_t ne;    /* max(nexp, 1) */
+    char shp[128]; /* t's shape, for messages */
+} lin_req;
+
+static int lin_bad_shape(hf_loader *L, const lin_req *q) {
+    if (q->nexp)
+        ERRF("model: tensor '%s%s' has shape [%s], expected [%lld, %lld, %lld]", L->prefix, q->name, q->shp,
+             (long long)q->nexp, (long long)q->rows_total, (long long)q->cols);
+    else
+        ERRF("model: tensor '%s%s' has shape [%s], expected [%lld, %lld]", L->prefix, q->name, q->shp,
+             (long long)q->rows_total, (long long)q->cols);
+    return -1;
+}
+
+/* A BF16 / F16 / F32 weight. */
+static int bind_float_linear(hf_loader *L, const lin_req *q, ls_weight *out) {
+    const ls_st_tensor *t = q->t;
+    ls_type ty;
+    if (float_type(t->dtype, &ty) != 0) {
+        ERRF("model: tensor '%s%s' has dtype %s (expected BF16, F16 or F32, or MLX scales)", L->prefix, q->name,
+             ls_st_dtype_name(t->dtype));
         return -1;
     }
-    char sn[512], bn[512], shp[128];
-    snprintf(sn, sizeof sn, "%s.scales", mod);
-    snprintf(bn, sizeof bn, "%s.biases", mod);
-    const ls_st_tensor *sc = find(L, sn), *bi = find(L, bn);
-    int nd = nexp ? 3 : 2;
-    int64_t ne = nexp ? nexp : 1;
-    shape_str(t, shp, sizeof shp);
-    if (t->n_dims != nd || (nexp && t->shape[0] != nexp) || t->shape[nd - 2] != rows_total) goto bad_shape;
-    if (!sc) {
-        ls_type ty;
-        if (float_type(t->dtype, &ty) != 0) {
-            ERRF("model: tensor '%s%s' has dtype %s (expected BF16, F16 or F32, or MLX scales)", L->prefix, name,
-                 ls_st_dtype_name(t->dtype));
-            return -1;
-        }
-        if (t->shape[nd - 1] != cols) goto bad_shape;
-        size_t es = ls_st_dtype_size(t->dtype);
-        const void *data = aligned_data(L, t);
-        if (!data) {
-            ERRF("model: out of memory");
-            return -1;
-        }
-        for (int64_t e = 0; e < ne; e++) {
-            ls_weight *w = &out[e];
-            memset(w, 0, sizeof *w);
-            w->type = ty;
-            w->rows = rows;
-            w->cols = cols;
-            w->row_bytes = (uint64_t)cols * es;
-            w->data = (const uint8_t *)data + ((uint64_t)e * (uint64_t)rows_total + (uint64_t)row0) * w->row_bytes;
-        }
-        L->m->n_params += ne * rows * cols;
-        L->m->weight_bytes += (uint64_t)ne * (uint64_t)rows * (uint64_t)cols * es;
-        return 0;
+    if (t->shape[q->nd - 1] != q->cols) return lin_bad_shape(L, q);
+    size_t es = ls_st_dtype_size(t->dtype);
+    const void *data = aligned_data(L, t);
+    if (!data) {
+        ERRF("model: out of memory");
+        return -1;
     }
-    /* MLX affine (gemma.md 6.4) */
+    for (int64_t e = 0; e < q->ne; e++) {
+        ls_weight *w = &out[e];
+        memset(w, 0, sizeof *w);
+        w->type = ty;
+        w->rows = q->rows;
+        w->cols = q->cols;
+        w->row_bytes = (uint64_t)q->cols * es;
+        w->data = (const uint8_t *)data + ((uint64_t)e * (uint64_t)q->rows_total + (uint64_t)q->row0) * w->row_bytes;
+    }
+    L->m->n_params += q->ne * q->rows * q->cols;
+    L->m->weight_bytes += (uint64_t)q->ne * (uint64_t)q->rows * (uint64_t)q->cols * es;
+    return 0;
+}
+
+/* The bits and group an MLX module is stored with must be config.json's for it. */
+static int check_mlx_quant(hf_loader *L, const char *path, int32_t bits, int32_t group) {
+    int32_t cb = 0, cg = 0;
+    if (!L->hc->quant.present) return 0;
+    if (!ls_hf_quant_for(L->hc, path, &cb, &cg)) {
+        ERRF("model: '%s' is quantized in the checkpoint but config.json's quantization says it is not", path);
+        return -1;
+    }
+    if (cb != bits || cg != group) {
+        ERRF("model: '%s' is stored as %d-bit group %d but config.json's quantization says %d-bit group %d", path, bits,
+             group, cb, cg);
+        return -1;
+    }
+    return 0;
+}
+
+/* An MLX affine-quantized weight (docs/gemma.md 6.4): U32 packed words, scales sc, biases bi. */
+static int bind_mlx_linear(hf_loader *L, const lin_req *q, const ls_st_tensor *sc, const ls_st_tensor *bi,
+                           ls_weight *out) {
+    const ls_st_tensor *t = q->t;
+    int nd = q->nd;
+    char sn[512], bn[512];
+    snprintf(sn, sizeof sn, "%s.scales", q->mod);
+    snprintf(bn, sizeof bn, "%s.biases", q->mod);
     if (!bi) {
         ERRF("model: tensor '%s%s' has scales but no biases", L->prefix, bn);
         return -1;
@@ -123,35 +144,24 @@ static int bind_linear(hf_loader *L, const char *mod, int64_t nexp, int64_t rows
     ls_type sbt;
     if (t->dtype != LS_ST_U32 || float_type(sc->dtype, &sbt) != 0 || bi->dtype != sc->dtype) {
         ERRF("model: quantized module '%s%s' has dtypes %s/%s/%s (expected U32 weight, float scales = biases)",
-             L->prefix, mod, ls_st_dtype_name(t->dtype), ls_st_dtype_name(sc->dtype), ls_st_dtype_name(bi->dtype));
+             L->prefix, q->mod, ls_st_dtype_name(t->dtype), ls_st_dtype_name(sc->dtype), ls_st_dtype_name(bi->dtype));
         return -1;
     }
     int64_t pc = t->shape[nd - 1];
-    if (sc->n_dims != nd || bi->n_dims != nd || (nexp && (sc->shape[0] != nexp || bi->shape[0] != nexp)) ||
-        sc->shape[nd - 2] != rows_total || bi->shape[nd - 2] != rows_total || sc->shape[nd - 1] != bi->shape[nd - 1] ||
-        sc->shape[nd - 1] <= 0) {
+    if (sc->n_dims != nd || bi->n_dims != nd || (q->nexp && (sc->shape[0] != q->nexp || bi->shape[0] != q->nexp)) ||
+        sc->shape[nd - 2] != q->rows_total || bi->shape[nd - 2] != q->rows_total ||
+        sc->shape[nd - 1] != bi->shape[nd - 1] || sc->shape[nd - 1] <= 0) {
         char s2[128];
         shape_str(sc, s2, sizeof s2);
-        ERRF("model: tensor '%s%s' has shape [%s], inconsistent with its weight [%s]", L->prefix, sn, s2, shp);
+        ERRF("model: tensor '%s%s' has shape [%s], inconsistent with its weight [%s]", L->prefix, sn, s2, q->shp);
         return -1;
     }
-    int64_t ng = sc->shape[nd - 1];
-    if (cols % ng != 0 || (pc * 32) % cols != 0) goto bad_shape;
+    int64_t ng = sc->shape[nd - 1], cols = q->cols;
+    if (cols % ng != 0 || (pc * 32) % cols != 0) return lin_bad_shape(L, q);
     int32_t bits = (int32_t)(pc * 32 / cols), group = (int32_t)(cols / ng);
-    int32_t cb = 0, cg = 0;
     char path[512];
-    snprintf(path, sizeof path, "%s%s", L->prefix, mod);
-    if (L->hc->quant.present) {
-        if (!ls_hf_quant_for(L->hc, path, &cb, &cg)) {
-            ERRF("model: '%s' is quantized in the checkpoint but config.json's quantization says it is not", path);
-            return -1;
-        }
-        if (cb != bits || cg != group) {
-            ERRF("model: '%s' is stored as %d-bit group %d but config.json's quantization says %d-bit group %d", path,
-                 bits, group, cb, cg);
-            return -1;
-        }
-    }
+    snprintf(path, sizeof path, "%s%s", L->prefix, q->mod);
+    if (check_mlx_quant(L, path, bits, group)) return -1;
     size_t sbs = ls_st_dtype_size(sc->dtype);
     /* The packed words are U32: aligned_data copies them when the file puts them at an
      * offset that is not a multiple of 4 (the GPU kernels load whole words; docs/cuda.md). */
@@ -160,17 +170,17 @@ static int bind_linear(hf_loader *L, const char *mod, int64_t nexp, int64_t rows
         ERRF("model: out of memory");
         return -1;
     }
-    for (int64_t e = 0; e < ne; e++) {
+    for (int64_t e = 0; e < q->ne; e++) {
         ls_weight *w = &out[e];
         memset(w, 0, sizeof *w);
         w->type = LS_TYPE_MLX_AFFINE;
-        w->rows = rows;
+        w->rows = q->rows;
         w->cols = cols;
         w->bits = bits;
         w->group = group;
         w->sb_type = sbt;
         w->row_bytes = (uint64_t)(cols * bits / 8);
-        uint64_t r0 = (uint64_t)e * (uint64_t)rows_total + (uint64_t)row0;
+        uint64_t r0 = (uint64_t)e * (uint64_t)q->rows_total + (uint64_t)q->row0;
         w->data = (const uint8_t *)packed + r0 * (uint64_t)pc * 4;
         w->scales = (const uint8_t *)sdata + r0 * (uint64_t)ng * sbs;
         w->biases = (const uint8_t *)bdata + r0 * (uint64_t)ng * sbs;
@@ -179,17 +189,40 @@ static int bind_linear(hf_loader *L, const char *mod, int64_t nexp, int64_t rows
             return -1;
         }
     }
-    L->m->n_params += ne * rows * cols;
+    L->m->n_params += q->ne * q->rows * cols;
     L->m->weight_bytes += t->nbytes + sc->nbytes + bi->nbytes;
     return 0;
-bad_shape:
-    if (nexp)
-        ERRF("model: tensor '%s%s' has shape [%s], expected [%lld, %lld, %lld]", L->prefix, name, shp, (long long)nexp,
-             (long long)rows_total, (long long)cols);
-    else
-        ERRF("model: tensor '%s%s' has shape [%s], expected [%lld, %lld]", L->prefix, name, shp, (long long)rows_total,
-             (long long)cols);
-    return -1;
+}
+
+/* Bind the linear module `mod` (path under the prefix, without ".weight"): nexp experts
+ * (0 = a plain 2-D weight) of [rows_total x cols], taking rows [row0, row0 + rows) of each
+ * into out[0..max(nexp,1)). The tensor is "<mod>.weight", or "<mod>" itself for HF's
+ * fused expert parameters. MLX-quantized iff "<mod>.scales" exists: bits and group follow
+ * from the packed and scales widths and must agree with config.json's quantization. */
+static int bind_linear(hf_loader *L, const char *mod, int64_t nexp, int64_t rows_total, int64_t cols, int64_t row0,
+                       int64_t rows, ls_weight *out) {
+    lin_req q = {.mod = mod, .nexp = nexp, .rows_total = rows_total, .cols = cols, .row0 = row0, .rows = rows};
+    snprintf(q.name, sizeof q.name, "%s.weight", mod);
+    q.t = find(L, q.name);
+    if (!q.t) {
+        snprintf(q.name, sizeof q.name, "%s", mod);
+        q.t = find(L, q.name);
+    }
+    if (!q.t) {
+        ERRF("model: missing tensor '%s%s.weight'", L->prefix, mod);
+        return -1;
+    }
+    char sn[512];
+    snprintf(sn, sizeof sn, "%s.scales", mod);
+    const ls_st_tensor *sc = find(L, sn);
+    snprintf(sn, sizeof sn, "%s.biases", mod);
+    const ls_st_tensor *bi = find(L, sn);
+    q.nd = nexp ? 3 : 2;
+    q.ne = nexp ? nexp : 1;
+    shape_str(q.t, q.shp, sizeof q.shp);
+    if (q.t->n_dims != q.nd || (nexp && q.t->shape[0] != nexp) || q.t->shape[q.nd - 2] != rows_total)
+        return lin_bad_shape(L, &q);
+    return sc ? bind_mlx_linear(L, &q, sc, bi, out) : bind_float_linear(L, &q, out);
 }
 
 static int bind_w(hf_loader *L, const char *mod, int64_t rows, int64_t cols, ls_weight *w) {
@@ -242,7 +275,7 @@ static int bind_scalar(hf_loader *L, const char *name, float *out) {
 }
 
 /* sqrt(hidden) as the reference computes it: rounded to bf16 when the embedding is stored
- * in bf16 (HF casts the scale to the weight dtype; gemma.md 3.1), exact otherwise. */
+ * in bf16 (HF casts the scale to the weight dtype; docs/gemma.md 3.1), exact otherwise. */
 static float embed_scale(const ls_weight *e, int32_t hidden) {
     float s = sqrtf((float)hidden);
     bool bf16 = e->type == LS_TYPE_BF16 || (e->type == LS_TYPE_MLX_AFFINE && e->sb_type == LS_TYPE_BF16);
@@ -473,7 +506,11 @@ int ls_model_load_hf(ls_model *m, const char *dir, char *err, size_t errlen) {
     if (stat(p, &sb) == 0) m->file_mtime = (int64_t)sb.st_mtime;
     m->file_size = m->weight_bytes;
     snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-    if (ls_tokenizer_from_json(p, &m->tok, err, errlen) != 0) goto done;
+    int trc = ls_tokenizer_from_json(p, &m->tok, err, errlen);
+    if (trc != 0) {
+        m->load_nomem |= trc == LS_ERR_NOMEM; /* ls_model_open then returns LS_ERR_NOMEM */
+        goto done;
+    }
     if (ls_tokenizer_n_vocab(m->tok) > m->cfg.n_vocab) {
         ERRF("model: tokenizer has %d tokens but embed_tokens has %d rows", ls_tokenizer_n_vocab(m->tok),
              m->cfg.n_vocab);

@@ -1,4 +1,4 @@
-/* Gemma 4 mixture-of-experts block (gemma.md 3.2, HF Gemma4TextRouter / Gemma4TextExperts):
+/* Gemma 4 mixture-of-experts block (docs/gemma.md 3.2, HF Gemma4TextRouter / Gemma4TextExperts):
  *   router: x = RMSNormNoScale(r) * scale * H^-0.5; scores = proj x; top-k by score;
  *           weights = softmax over the k chosen scores, times per_expert_scale[expert]
  *   experts: y = sum_k w_k * down_e(gelu_tanh(gate_e x') * up_e x'), x' = pre_norm_2(r)

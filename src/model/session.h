@@ -120,7 +120,7 @@ typedef struct {
     float *logits;
 } ls_fwd_seg;
 
-/* ---- For the Gemma 4 assistant drafter (speculative.md / gemma.md 5.4) ----
+/* ---- For the Gemma 4 assistant drafter (docs/speculative.md / docs/gemma.md 5.4) ----
  * Final-normed hidden row `row` of the last eval (or batcher step) of this session that
  * produced logits: row 0 is the first logits row (position hidden_pos0 = the position of
  * the token whose next-token logits it gave), up to ls_session_n_hidden rows. This is
@@ -130,7 +130,7 @@ typedef struct {
 const float *ls_session_hidden(const ls_session *s, int32_t row);
 int32_t ls_session_n_hidden(const ls_session *s);
 /* The KV cache a drafter reads for layer type `sliding`: the LAST non-shared layer of that
- * type (gemma.md 5.4). Returns the layer index (or -1 if the model has none) and its cache
+ * type (docs/gemma.md 5.4). Returns the layer index (or -1 if the model has none) and its cache
  * in *kv: K after k_norm + RoPE, V after v_norm (Gemma 4), slot s = absolute position
  * kv->first_pos + s, kv->n filled slots, kv->row = n_kv * head_dim floats (kv->f32) or f16
  * values; heads and head dim in *n_kv / *head_dim, the window in kv->window (0 = full).

@@ -84,7 +84,7 @@ int ls_tok_bpe_build(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, siz
     t->merge_hash = malloc(((size_t)t->merge_mask + 1) * sizeof *t->merge_hash);
     if (!t->merge_blob || !t->merges || !t->merge_hash) {
         if (err && errlen) snprintf(err, errlen, "tokenizer: out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     memset(t->merge_hash, 0xff, ((size_t)t->merge_mask + 1) * sizeof *t->merge_hash);
     uint64_t pos = 0;

@@ -1,6 +1,7 @@
 /* Private to src/tokenizer/: the tokenizer struct and the hooks between tokenizer.c (vocab,
  * special-token partition, decoding), spm.c, bpe.c (merge-rank BPE and the HF
- * normalizer/pre-tokenizer steps) and tokenizer_json.c (HF tokenizer.json loader). The
+ * normalizer/pre-tokenizer steps), tokenizer_gguf.c (GGUF metadata loader) and tokenizer_json.c
+ * (HF tokenizer.json loader). The
  * struct lives here, not in tokenizer.c, because bpe.c walks the merge table and the
  * per-fragment pipeline options directly on the hot path. */
 #ifndef LS_TOKENIZER_TOK_INTERNAL_H
@@ -8,6 +9,7 @@
 
 #include "tokenizer/tokenizer.h"
 
+#define TOK_MAX_VOCAB    (1 << 24) /* far above any real vocab; bounds the allocations */
 #define TOK_MAX_EOG      16
 #define TOK_MAX_PIPELINE 8 /* normalizer / pre-tokenizer steps kept (Gemma uses 1 each) */
 
@@ -100,7 +102,12 @@ static inline uint32_t tok_pair_hash(const char *s, uint32_t la, uint32_t lb) {
     return ls_tok_hash(s, (size_t)la + lb) ^ (la * 0x9E3779B1u);
 }
 
-/* Builds the merge table from desc (called by ls_tokenizer_create). 0, or -1 + message. */
+/* Sets the special ids, add_bos / add_space_prefix and the end-of-generation set of t from d
+ * (as ls_tokenizer_create does): lets the JSON loader resolve specials by text on the built
+ * tokenizer instead of building it twice. 0, or -1 + message for an id out of range. */
+int ls_tok_set_specials(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen);
+/* Builds the merge table from desc (called by ls_tokenizer_create). 0, or -1 / LS_ERR_NOMEM
+ * + message. */
 int ls_tok_bpe_build(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen);
 void ls_tok_bpe_free(ls_tokenizer *t);
 /* Rank of the merge (a = s[0..la), b = s[la..la+lb)), or -1. */

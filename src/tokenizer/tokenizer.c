@@ -1,4 +1,4 @@
-/* Tokenizer vocab: construction (from arrays or GGUF metadata), text -> id lookup, special
+/* Tokenizer vocab: construction from arrays (GGUF metadata: tokenizer_gguf.c), text -> id lookup, special
  * token matching, and the top-level ls_tokenize that splits raw text around special tokens
  * and hands the plain pieces to the SentencePiece encoder in spm.c.
  *
@@ -34,12 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fault.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/utf8.h"
 
-#define TOK_MAX_VOCAB (1 << 24)         /* far above any real vocab; bounds the allocations */
-#define TOK_MAX_BLOB  (1ull << 31)      /* total bytes of all token texts */
-#define TOK_MAX_TEXT  ((size_t)1 << 28) /* ls_tokenize input limit (escaping triples it) */
+#define TOK_MAX_BLOB (1ull << 31)      /* total bytes of all token texts */
+#define TOK_MAX_TEXT ((size_t)1 << 28) /* ls_tokenize input limit (escaping triples it) */
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -252,12 +252,20 @@ static int check_id(int32_t id, int32_t n_vocab, const char *what, char *err, si
     return 0;
 }
 
-int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *err, size_t errlen) {
-    if (out) *out = NULL;
-    if (!d || !out) {
-        set_err(err, errlen, "tokenizer: NULL argument");
+static int check_specials(const ls_tokenizer_desc *d, int32_t n, char *err, size_t errlen) {
+    if (check_id(d->bos, n, "BOS", err, errlen) || check_id(d->eos, n, "EOS", err, errlen) ||
+        check_id(d->unk, n, "UNK", err, errlen) || check_id(d->pad, n, "PAD", err, errlen) ||
+        check_id(d->eot, n, "EOT", err, errlen) || check_id(d->eom, n, "EOM", err, errlen))
+        return -1;
+    if (d->add_bos && d->bos < 0) {
+        set_err(err, errlen, "tokenizer: add_bos_token is set but there is no BOS token");
         return -1;
     }
+    return 0;
+}
+
+/* Every check on d, before anything large is allocated; *total = bytes of the text blob. */
+static int validate_desc(const ls_tokenizer_desc *d, uint64_t *total_out, char *err, size_t errlen) {
     int32_t n = d->n_vocab;
     if (n < 1 || n > TOK_MAX_VOCAB) {
         set_err(err, errlen, "tokenizer: vocab size %d out of range [1, %d]", n, TOK_MAX_VOCAB);
@@ -267,19 +275,11 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
         set_err(err, errlen, "tokenizer: no token texts");
         return -1;
     }
-    if (check_id(d->bos, n, "BOS", err, errlen) || check_id(d->eos, n, "EOS", err, errlen) ||
-        check_id(d->unk, n, "UNK", err, errlen) || check_id(d->pad, n, "PAD", err, errlen) ||
-        check_id(d->eot, n, "EOT", err, errlen) || check_id(d->eom, n, "EOM", err, errlen))
-        return -1;
-    if (d->add_bos && d->bos < 0) {
-        set_err(err, errlen, "tokenizer: add_bos_token is set but there is no BOS token");
-        return -1;
-    }
+    if (check_specials(d, n, err, errlen)) return -1;
     if (d->model != LS_TOKENIZER_MODEL_SPM && d->model != LS_TOKENIZER_MODEL_BPE) {
         set_err(err, errlen, "tokenizer: unknown model %d", d->model);
         return -1;
     }
-    /* Validate every entry before allocating anything large. */
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
         if (d->lens[i] > 0 && !d->texts[i]) {
@@ -305,24 +305,28 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
             return -1;
         }
     }
+    *total_out = total;
+    return 0;
+}
 
-    ls_tokenizer *t = calloc(1, sizeof *t);
-    uint32_t *hv = NULL; /* [n_vocab] text hashes, only during construction */
-    if (!t) goto oom;
-    t->model = d->model;
-    t->hf = d->hf;
-    t->byte_fallback = true;
-    t->ignore_merges = d->ignore_merges;
+/* Copies texts, scores and types into t and builds the text -> id hash. 0, or -1 /
+ * LS_ERR_NOMEM + message. */
+static int build_vocab(ls_tokenizer *t, const ls_tokenizer_desc *d, uint64_t total, char *err, size_t errlen) {
+    int32_t n = d->n_vocab;
     t->n_vocab = n;
-    t->blob = malloc(total);
+    t->blob = ls_fault_malloc(LS_FAULT_TOKENIZER, total);
     t->offs = malloc((size_t)n * sizeof *t->offs);
     t->lens = malloc((size_t)n * sizeof *t->lens);
     t->scores = malloc((size_t)n * sizeof *t->scores);
     t->types = malloc((size_t)n);
     t->hash_mask = pow2_at_least((uint64_t)n * 2) - 1;
     t->hash = malloc(((size_t)t->hash_mask + 1) * sizeof *t->hash);
-    hv = malloc((size_t)n * sizeof *hv);
-    if (!t->blob || !t->offs || !t->lens || !t->scores || !t->types || !t->hash || !hv) goto oom;
+    uint32_t *hv = malloc((size_t)n * sizeof *hv); /* [n_vocab] text hashes, only during construction */
+    if (!t->blob || !t->offs || !t->lens || !t->scores || !t->types || !t->hash || !hv) {
+        free(hv);
+        set_err(err, errlen, "tokenizer: out of memory");
+        return LS_ERR_NOMEM;
+    }
     memset(t->hash, 0xff, ((size_t)t->hash_mask + 1) * sizeof *t->hash);
 
     uint64_t pos = 0;
@@ -351,13 +355,17 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
         if (t->hash[k].id >= 0) {
             /* One text, two ids: the text -> id map would be ambiguous (llama.cpp asserts). */
             set_err(err, errlen, "tokenizer: tokens %d and %d have the same text", t->hash[k].id, i);
-            goto fail;
+            free(hv);
+            return -1;
         }
         t->hash[k] = (tok_slot){i, h};
     }
     free(hv);
-    hv = NULL;
+    return 0;
+}
 
+int ls_tok_set_specials(ls_tokenizer *t, const ls_tokenizer_desc *d, char *err, size_t errlen) {
+    if (check_specials(d, t->n_vocab, err, errlen)) return -1;
     t->bos = d->bos;
     t->eos = d->eos;
     t->unk = d->unk;
@@ -366,25 +374,32 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
     t->eom = d->eom;
     t->add_bos = d->add_bos;
     t->add_space_prefix = d->add_space_prefix;
-
-    /* End-of-generation set and llama.cpp's type override for EOG-looking tokens. */
+    /* End-of-generation set. */
+    t->n_eog = 0;
     add_eog(t, t->eos);
     add_eog(t, t->eot);
     add_eog(t, t->eom);
     for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) add_eog(t, ls_tokenizer_find(t, eog_texts[k]));
-    /* HF has no such overrides: its added tokens carry their own special flag. */
-    for (size_t k = 0; !t->hf && k < sizeof control_texts / sizeof *control_texts; k++) {
+    return 0;
+}
+
+/* llama.cpp's type override for EOG-looking tokens (GGUF only: HF has no such overrides,
+ * its added tokens carry their own special flag). */
+static void apply_llama_type_overrides(ls_tokenizer *t) {
+    if (t->hf) return;
+    for (size_t k = 0; k < sizeof control_texts / sizeof *control_texts; k++) {
         int32_t id = ls_tokenizer_find(t, control_texts[k]);
         if (id >= 0) t->types[id] = LS_TOKEN_CONTROL;
     }
     /* llama.cpp's Gemma 4 workaround: with <|tool_response> present, "</s>" is plain text. */
-    if (!t->hf && ls_tokenizer_find(t, "<|tool_response>") >= 0) {
+    if (ls_tokenizer_find(t, "<|tool_response>") >= 0) {
         int32_t id = ls_tokenizer_find(t, "</s>");
         if (id >= 0) t->types[id] = LS_TOKEN_NORMAL;
     }
-    if (t->model == LS_TOKENIZER_MODEL_BPE && ls_tok_bpe_build(t, d, err, errlen)) goto fail;
+}
 
-    /* Byte fallback table: "<0xXX>" first, else the 1-byte text (llama.cpp byte_to_token). */
+/* Byte fallback table: "<0xXX>" first, else the 1-byte text (llama.cpp byte_to_token). */
+static void build_byte_tables(ls_tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         char buf[7];
         snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -396,14 +411,17 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
         }
         t->byte_tok[b] = id;
     }
+}
 
-    /* Special-token matcher (texts are never empty here: empty ones were renamed). */
-    int32_t n_sp = 0;
+/* Special-token matcher (texts are never empty here: empty ones were renamed). 0, or -1 when
+ * out of memory. */
+static int build_special_matcher(ls_tokenizer *t) {
+    int32_t n = t->n_vocab, n_sp = 0;
     for (int32_t i = 0; i < n; i++) n_sp += is_special_type(t->types[i]);
     t->sp_mask = pow2_at_least((uint64_t)n_sp * 2) - 1;
     t->sp_any = malloc(((size_t)t->sp_mask + 1) * sizeof *t->sp_any);
     t->sp_user = malloc(((size_t)t->sp_mask + 1) * sizeof *t->sp_user);
-    if (!t->sp_any || !t->sp_user) goto oom;
+    if (!t->sp_any || !t->sp_user) return -1;
     memset(t->sp_any, 0xff, ((size_t)t->sp_mask + 1) * sizeof *t->sp_any);
     memset(t->sp_user, 0xff, ((size_t)t->sp_mask + 1) * sizeof *t->sp_user);
     for (int32_t i = 0; i < n; i++) {
@@ -414,16 +432,43 @@ int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *er
     }
     if (build_len_classes(t, false, &t->sp_cls, &t->n_sp_cls) ||
         build_len_classes(t, true, &t->sp_cls_user, &t->n_sp_cls_user))
-        goto oom;
+        return -1;
+    return 0;
+}
+
+int ls_tokenizer_create(const ls_tokenizer_desc *d, ls_tokenizer **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (!d || !out) {
+        set_err(err, errlen, "tokenizer: NULL argument");
+        return -1;
+    }
+    uint64_t total;
+    if (validate_desc(d, &total, err, errlen)) return -1;
+    ls_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        set_err(err, errlen, "tokenizer: out of memory");
+        return LS_ERR_NOMEM;
+    }
+    t->model = d->model;
+    t->hf = d->hf;
+    t->byte_fallback = true;
+    t->ignore_merges = d->ignore_merges;
+    int rc;
+    if ((rc = build_vocab(t, d, total, err, errlen)) != 0 || (rc = ls_tok_set_specials(t, d, err, errlen)) != 0)
+        goto fail;
+    apply_llama_type_overrides(t);
+    if (t->model == LS_TOKENIZER_MODEL_BPE && (rc = ls_tok_bpe_build(t, d, err, errlen)) != 0) goto fail;
+    build_byte_tables(t);
+    if (build_special_matcher(t)) {
+        set_err(err, errlen, "tokenizer: out of memory");
+        rc = LS_ERR_NOMEM;
+        goto fail;
+    }
     *out = t;
     return 0;
-
-oom:
-    set_err(err, errlen, "tokenizer: out of memory");
 fail:
-    free(hv);
     ls_tokenizer_free(t);
-    return -1;
+    return rc;
 }
 
 void ls_tokenizer_free(ls_tokenizer *t) {
@@ -440,203 +485,6 @@ void ls_tokenizer_free(ls_tokenizer *t) {
     free(t->sp_cls);
     free(t->sp_cls_user);
     free(t);
-}
-
-/* ---------------------------------------------------------------------------------------
- * From GGUF metadata
- * --------------------------------------------------------------------------------------- */
-
-/* Optional u32 id key: absent -> dflt; present but not a u32-compatible integer -> error. */
-static int gguf_id(const gguf_file *f, const char *key, int32_t dflt, int32_t *out, char *err, size_t errlen) {
-    uint32_t v;
-    int rc = ls_gguf_get_u32(f, key, &v);
-    if (rc == -1) {
-        *out = dflt;
-        return 0;
-    }
-    if (rc != 0 || v > INT32_MAX) {
-        set_err(err, errlen, "tokenizer: %s has a bad type or value", key);
-        return -1;
-    }
-    *out = (int32_t)v;
-    return 0;
-}
-
-static int gguf_flag(const gguf_file *f, const char *key, bool dflt, bool *out, char *err, size_t errlen) {
-    int v;
-    int rc = ls_gguf_get_bool(f, key, &v);
-    if (rc == -1) {
-        *out = dflt;
-        return 0;
-    }
-    if (rc != 0) {
-        set_err(err, errlen, "tokenizer: %s is not a bool", key);
-        return -1;
-    }
-    *out = v != 0;
-    return 0;
-}
-
-static uint32_t rd_u32le(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-int ls_tokenizer_from_gguf(const gguf_file *f, ls_tokenizer **out, char *err, size_t errlen) {
-    if (out) *out = NULL;
-    if (!f || !out) {
-        set_err(err, errlen, "tokenizer: NULL argument");
-        return -1;
-    }
-    gguf_str model;
-    int rc = ls_gguf_get_str(f, "tokenizer.ggml.model", &model);
-    if (rc != 0) {
-        set_err(err, errlen, "tokenizer: tokenizer.ggml.model %s", rc == -1 ? "missing" : "is not a string");
-        return -1;
-    }
-    bool is_bpe = model.len == 6 && memcmp(model.ptr, "gemma4", 6) == 0;
-    if (!is_bpe && (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0)) {
-        set_err(
-            err, errlen,
-            "tokenizer: unsupported tokenizer.ggml.model '%.*s' (only \"llama\" / SentencePiece and \"gemma4\" / BPE)",
-            (int)(model.len > 64 ? 64 : model.len), model.ptr);
-        return -1;
-    }
-    const gguf_value *merges = NULL;
-    if (is_bpe) {
-        rc = ls_gguf_get_arr(f, "tokenizer.ggml.merges", &merges);
-        if (rc != 0 || merges->v.arr.elem != GGUF_VT_STRING || (merges->v.arr.count && !merges->v.arr.items)) {
-            set_err(err, errlen, "tokenizer: tokenizer.ggml.merges %s",
-                    rc == -1 ? "missing (required for gemma4)" : "is not an array of strings");
-            return -1;
-        }
-        if (merges->v.arr.count > (1u << 26)) {
-            set_err(err, errlen, "tokenizer: tokenizer.ggml.merges has %llu entries (too many)",
-                    (unsigned long long)merges->v.arr.count);
-            return -1;
-        }
-    }
-
-    const gguf_value *toks, *scores = NULL, *types = NULL;
-    rc = ls_gguf_get_arr(f, "tokenizer.ggml.tokens", &toks);
-    if (rc != 0 || toks->v.arr.elem != GGUF_VT_STRING || !toks->v.arr.items) {
-        set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens %s",
-                rc == -1 ? "missing" : "is not an array of strings");
-        return -1;
-    }
-    uint64_t n = toks->v.arr.count;
-    if (n < 1 || n > TOK_MAX_VOCAB) {
-        set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens has %llu entries (want 1..%d)", (unsigned long long)n,
-                TOK_MAX_VOCAB);
-        return -1;
-    }
-    rc = ls_gguf_get_arr(f, "tokenizer.ggml.scores", &scores);
-    if (rc == -1)
-        scores = NULL; /* optional, as in llama.cpp: all 0 */
-    else if (rc != 0 || scores->v.arr.elem != GGUF_VT_F32 || scores->v.arr.count != n || !scores->v.arr.data) {
-        set_err(err, errlen, "tokenizer: tokenizer.ggml.scores must be %llu f32 values", (unsigned long long)n);
-        return -1;
-    }
-    rc = ls_gguf_get_arr(f, "tokenizer.ggml.token_type", &types);
-    if (rc == -1)
-        types = NULL; /* optional: all normal */
-    else if (rc != 0 || (types->v.arr.elem != GGUF_VT_I32 && types->v.arr.elem != GGUF_VT_U32) ||
-             types->v.arr.count != n || !types->v.arr.data) {
-        set_err(err, errlen, "tokenizer: tokenizer.ggml.token_type must be %llu i32 values", (unsigned long long)n);
-        return -1;
-    }
-
-    ls_tokenizer_desc d = {0};
-    d.n_vocab = (int32_t)n;
-    /* llama.cpp's defaults when a key is absent: SPM 1/2/0, gemma4 none. */
-    int32_t dflt_bos = n > 1 ? 1 : -1, dflt_eos = n > 2 ? 2 : -1, dflt_unk = 0;
-    if (is_bpe) dflt_bos = dflt_eos = dflt_unk = -1;
-    if (gguf_id(f, "tokenizer.ggml.bos_token_id", dflt_bos, &d.bos, err, errlen) ||
-        gguf_id(f, "tokenizer.ggml.eos_token_id", dflt_eos, &d.eos, err, errlen) ||
-        gguf_id(f, "tokenizer.ggml.unknown_token_id", dflt_unk, &d.unk, err, errlen) ||
-        gguf_id(f, "tokenizer.ggml.padding_token_id", -1, &d.pad, err, errlen) ||
-        gguf_id(f, "tokenizer.ggml.eot_token_id", -1, &d.eot, err, errlen) ||
-        gguf_id(f, "tokenizer.ggml.eom_token_id", -1, &d.eom, err, errlen) ||
-        gguf_flag(f, "tokenizer.ggml.add_bos_token", true, &d.add_bos, err, errlen) ||
-        gguf_flag(f, "tokenizer.ggml.add_space_prefix", true, &d.add_space_prefix, err, errlen))
-        return -1;
-    if (is_bpe) {
-        /* llama.cpp forces add_bos on for Gemma 4 (PR 21500) and its BPE path never adds a
-         * space prefix. */
-        d.add_bos = true;
-        d.add_space_prefix = false;
-        d.model = LS_TOKENIZER_MODEL_BPE;
-    }
-
-    const char **texts = malloc(n * sizeof *texts);
-    uint64_t *lens = malloc(n * sizeof *lens);
-    float *sc = scores ? malloc(n * sizeof *sc) : NULL;
-    int32_t *ty = types ? malloc(n * sizeof *ty) : NULL;
-    uint64_t nm = merges ? merges->v.arr.count : 0;
-    const char **ma = merges ? malloc((nm ? nm : 1) * sizeof *ma) : NULL;
-    const char **mb = merges ? malloc((nm ? nm : 1) * sizeof *mb) : NULL;
-    uint64_t *mla = merges ? malloc((nm ? nm : 1) * sizeof *mla) : NULL;
-    uint64_t *mlb = merges ? malloc((nm ? nm : 1) * sizeof *mlb) : NULL;
-    rc = -1;
-    if (!texts || !lens || (scores && !sc) || (types && !ty) || (merges && (!ma || !mb || !mla || !mlb))) {
-        set_err(err, errlen, "tokenizer: out of memory");
-        goto done;
-    }
-    /* "a b": split at the first space after the first byte, as llama.cpp does (a merge
-     * without one becomes ("", ""), which never applies). */
-    for (uint64_t i = 0; i < nm; i++) {
-        const gguf_value *v = &merges->v.arr.items[i];
-        if (v->type != GGUF_VT_STRING) {
-            set_err(err, errlen, "tokenizer: merge %llu is not a string", (unsigned long long)i);
-            goto done;
-        }
-        const char *w = v->v.s.ptr;
-        uint64_t wl = v->v.s.len, sp = 0;
-        for (uint64_t j = 1; j < wl && !sp; j++)
-            if (w[j] == ' ') sp = j;
-        ma[i] = w;
-        mb[i] = sp ? w + sp + 1 : w;
-        mla[i] = sp;
-        mlb[i] = sp ? wl - sp - 1 : 0;
-    }
-    d.n_merges = (int64_t)nm;
-    d.merge_a = ma;
-    d.merge_b = mb;
-    d.merge_la = mla;
-    d.merge_lb = mlb;
-    for (uint64_t i = 0; i < n; i++) {
-        const gguf_value *v = &toks->v.arr.items[i];
-        if (v->type != GGUF_VT_STRING) {
-            set_err(err, errlen, "tokenizer: token %llu is not a string", (unsigned long long)i);
-            goto done;
-        }
-        texts[i] = v->v.s.ptr;
-        lens[i] = v->v.s.len;
-        /* Raw little-endian elements; memcpy avoids unaligned loads. */
-        if (sc) {
-            uint32_t bits = rd_u32le(scores->v.arr.data + 4 * i);
-            memcpy(&sc[i], &bits, 4);
-        }
-        if (ty) {
-            uint32_t bits = rd_u32le(types->v.arr.data + 4 * i);
-            if (types->v.arr.elem == GGUF_VT_U32 && bits > INT32_MAX) bits = 0xFFFFFFFFu; /* -> invalid type */
-            memcpy(&ty[i], &bits, 4);
-        }
-    }
-    d.texts = texts;
-    d.lens = lens;
-    d.scores = sc;
-    d.types = ty;
-    rc = ls_tokenizer_create(&d, out, err, errlen);
-done:
-    free(texts);
-    free(lens);
-    free(sc);
-    free(ty);
-    free(ma);
-    free(mb);
-    free(mla);
-    free(mlb);
-    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -10,8 +10,12 @@
 #include <stdint.h>
 
 #include "format/gguf.h"
+#include "lockstep.h" /* LS_ERR_NOMEM */
 
 typedef struct ls_tokenizer ls_tokenizer;
+
+/* The constructors below return 0, LS_ERR_NOMEM (-2) when memory runs out (the message says
+ * so), or -1 with a message for anything else. */
 
 /* Build from GGUF metadata (tokenizer.ggml.*): model "llama" (SentencePiece, Gemma 3) or
  * "gemma4" (merge-rank BPE over U+2581-escaped UTF-8, Gemma 4). Non-zero + message on

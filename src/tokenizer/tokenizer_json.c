@@ -103,7 +103,8 @@ static int parse_normalizer(const cJSON *nz, ls_tokenizer *t, char *err, size_t 
             return -1;
         }
         const cJSON *c;
-        cJSON_ArrayForEach(c, list) if (parse_normalizer(c, t, err, errlen, depth + 1)) return -1;
+        int rc;
+        cJSON_ArrayForEach(c, list) if ((rc = parse_normalizer(c, t, err, errlen, depth + 1)) != 0) return rc;
         return 0;
     }
     if (t->n_norm >= TOK_MAX_PIPELINE) {
@@ -142,7 +143,7 @@ static int parse_normalizer(const cJSON *nz, ls_tokenizer *t, char *err, size_t 
     t->n_norm++;
     if (!st->a || !st->b) {
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     return 0;
 }
@@ -162,7 +163,8 @@ static int parse_pretok(const cJSON *pt, ls_tokenizer *t, char *err, size_t errl
             return -1;
         }
         const cJSON *c;
-        cJSON_ArrayForEach(c, list) if (parse_pretok(c, t, err, errlen, depth + 1)) return -1;
+        int rc;
+        cJSON_ArrayForEach(c, list) if ((rc = parse_pretok(c, t, err, errlen, depth + 1)) != 0) return rc;
         return 0;
     }
     if (strcmp(ty, "Split") != 0) {
@@ -205,7 +207,7 @@ static int parse_pretok(const cJSON *pt, ls_tokenizer *t, char *err, size_t errl
     st->b = dup_n("", 0);
     if (!st->a || !st->b) {
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     return 0;
 }
@@ -245,127 +247,151 @@ static int32_t post_processor_bos(const cJSON *pp) {
     return json_id(cJSON_GetArrayItem(ids, 0));
 }
 
-int ls_tokenizer_from_json_mem(const char *json, size_t len, const char *config_json, size_t config_len,
-                               ls_tokenizer **out, char *err, size_t errlen) {
-    if (out) *out = NULL;
-    if (!json || !out) {
-        jerr(err, errlen, "NULL argument");
-        return -1;
-    }
-    int rc = -1;
-    cJSON *root = NULL, *cfg = NULL;
-    const char **texts = NULL;
-    uint64_t *lens = NULL;
-    int32_t *types = NULL;
-    uint8_t *in_model = NULL;
-    const char **ma = NULL, **mb = NULL;
-    uint64_t *mla = NULL, *mlb = NULL;
-    ls_tokenizer *t = NULL;
+/* Everything read from tokenizer.json (and tokenizer_config.json) on the way to an
+ * ls_tokenizer_desc. The strings point into the cJSON trees. */
+typedef struct {
+    cJSON *root, *cfg;
+    const cJSON *model, *vocab, *merges, *added;
+    bool byte_fallback, fuse_unk, ignore_merges;
+    int32_t n;          /* vocab size: the largest id + 1 */
+    const char **texts; /* [n] */
+    uint64_t *lens;     /* [n] */
+    int32_t *types;     /* [n] */
+    uint8_t *in_model;  /* [n] 1 if the id is in model.vocab (not only an added token) */
+    int nm;             /* merges */
+    const char **ma, **mb;
+    uint64_t *mla, *mlb; /* [nm] */
+} json_tok;
 
+static void json_tok_free(json_tok *j) {
+    cJSON_Delete(j->root);
+    cJSON_Delete(j->cfg);
+    free(j->texts);
+    free(j->lens);
+    free(j->types);
+    free(j->in_model);
+    free(j->ma);
+    free(j->mb);
+    free(j->mla);
+    free(j->mlb);
+}
+
+/* Parses both files and checks the model object's type and flags. */
+static int parse_model(json_tok *j, const char *json, size_t len, const char *config_json, size_t config_len, char *err,
+                       size_t errlen) {
     const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
-    if (!root) {
+    j->root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (!j->root) {
         const char *ep = cJSON_GetErrorPtr();
         size_t at = ep && ep >= json && ep <= json + len ? (size_t)(ep - json) : len;
         jerr(err, errlen, "malformed JSON (truncated or invalid) near byte %zu of %zu", at, len);
-        goto done;
+        return -1;
     }
     if (config_json) {
-        cfg = cJSON_ParseWithLengthOpts(config_json, config_len, &end, 0);
-        if (!cJSON_IsObject(cfg)) {
+        j->cfg = cJSON_ParseWithLengthOpts(config_json, config_len, &end, 0);
+        if (!cJSON_IsObject(j->cfg)) {
             jerr(err, errlen, "tokenizer_config.json is not a valid JSON object");
-            goto done;
+            return -1;
         }
     }
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j->root, "model");
     const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(model, "type");
-    if (!cJSON_IsObject(root) || !cJSON_IsObject(model)) {
+    if (!cJSON_IsObject(j->root) || !cJSON_IsObject(model)) {
         jerr(err, errlen, "missing \"model\" object");
-        goto done;
+        return -1;
     }
     if (!cJSON_IsString(mtype) || strcmp(mtype->valuestring, "BPE") != 0) {
         jerr(err, errlen, "model.type must be \"BPE\" (got %s%.40s%s)", cJSON_IsString(mtype) ? "'" : "",
              cJSON_IsString(mtype) ? mtype->valuestring : "none", cJSON_IsString(mtype) ? "'" : "");
-        goto done;
+        return -1;
     }
     if (!json_null_or_empty(model, "dropout") || !json_null_or_empty(model, "continuing_subword_prefix") ||
         !json_null_or_empty(model, "end_of_word_suffix")) {
         jerr(err, errlen, "model: dropout, continuing_subword_prefix and end_of_word_suffix are not supported");
-        goto done;
+        return -1;
     }
-    bool byte_fallback, fuse_unk, ignore_merges;
-    if (json_bool(model, "byte_fallback", false, &byte_fallback) || json_bool(model, "fuse_unk", false, &fuse_unk) ||
-        json_bool(model, "ignore_merges", false, &ignore_merges)) {
+    if (json_bool(model, "byte_fallback", false, &j->byte_fallback) ||
+        json_bool(model, "fuse_unk", false, &j->fuse_unk) ||
+        json_bool(model, "ignore_merges", false, &j->ignore_merges)) {
         jerr(err, errlen, "model: byte_fallback, fuse_unk and ignore_merges must be booleans");
-        goto done;
+        return -1;
     }
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    if (!cJSON_IsObject(vocab)) {
+    j->model = model;
+    j->vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    j->merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    j->added = cJSON_GetObjectItemCaseSensitive(j->root, "added_tokens");
+    if (!cJSON_IsObject(j->vocab)) {
         jerr(err, errlen, "model.vocab must be an object of token -> id");
-        goto done;
+        return -1;
     }
-    if (!cJSON_IsArray(merges)) {
+    if (!cJSON_IsArray(j->merges)) {
         jerr(err, errlen, "model.merges must be an array");
-        goto done;
+        return -1;
     }
-    if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added)) {
+    if (j->added && !cJSON_IsNull(j->added) && !cJSON_IsArray(j->added)) {
         jerr(err, errlen, "added_tokens must be an array");
-        goto done;
+        return -1;
     }
+    return 0;
+}
 
-    /* Vocab size: the largest id + 1, over the vocab and the added tokens. */
+/* Vocab size: the largest id + 1, over the vocab and the added tokens (ids range-checked). */
+static int count_vocab(json_tok *j, char *err, size_t errlen) {
     int32_t n = 0;
     const cJSON *it;
-    cJSON_ArrayForEach(it, vocab) {
+    cJSON_ArrayForEach(it, j->vocab) {
         int32_t id = json_id(it);
         if (id < 0) {
             jerr(err, errlen, "vocab entry '%.60s': id must be an integer in [0, %d)", it->string, JSON_MAX_VOCAB);
-            goto done;
+            return -1;
         }
         if (id + 1 > n) n = id + 1;
     }
-    cJSON_ArrayForEach(it, added) {
+    cJSON_ArrayForEach(it, j->added) {
         const cJSON *idv = cJSON_GetObjectItemCaseSensitive(it, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
         int32_t id = json_id(idv);
         if (!cJSON_IsObject(it) || id < 0 || !cJSON_IsString(content)) {
             jerr(err, errlen, "added_tokens: each entry needs an integer \"id\" in [0, %d) and a string \"content\"",
                  JSON_MAX_VOCAB);
-            goto done;
+            return -1;
         }
         if (id + 1 > n) n = id + 1;
     }
     if (n == 0) {
         jerr(err, errlen, "empty vocab");
-        goto done;
+        return -1;
     }
-    texts = calloc((size_t)n, sizeof *texts);
-    lens = calloc((size_t)n, sizeof *lens);
-    types = calloc((size_t)n, sizeof *types);
-    in_model = calloc((size_t)n, 1);
-    if (!texts || !lens || !types || !in_model) {
-        jerr(err, errlen, "out of memory");
-        goto done;
-    }
-    cJSON_ArrayForEach(it, vocab) {
+    j->n = n;
+    return 0;
+}
+
+/* model.vocab entries: NORMAL, or BYTE for SentencePiece byte pieces "<0xXX>" (as HF's
+ * ByteFallback decoder reads them). */
+static int read_vocab(json_tok *j, char *err, size_t errlen) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j->vocab) {
         int32_t id = json_id(it);
-        if (texts[id]) {
-            jerr(err, errlen, "vocab: id %d is used by '%.60s' and '%.60s'", id, texts[id], it->string);
-            goto done;
+        if (j->texts[id]) {
+            jerr(err, errlen, "vocab: id %d is used by '%.60s' and '%.60s'", id, j->texts[id], it->string);
+            return -1;
         }
-        texts[id] = it->string;
-        lens[id] = strlen(it->string);
-        in_model[id] = 1;
-        types[id] = LS_TOKEN_NORMAL;
-        /* SentencePiece byte pieces, as HF's ByteFallback decoder reads them. */
         const char *s = it->string;
-        if (byte_fallback && lens[id] == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' &&
+        j->texts[id] = s;
+        j->lens[id] = strlen(s);
+        j->in_model[id] = 1;
+        j->types[id] = LS_TOKEN_NORMAL;
+        if (j->byte_fallback && j->lens[id] == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' &&
             strchr("0123456789ABCDEF", s[3]) && strchr("0123456789ABCDEF", s[4]) && s[3] && s[4])
-            types[id] = LS_TOKEN_BYTE;
+            j->types[id] = LS_TOKEN_BYTE;
     }
-    cJSON_ArrayForEach(it, added) {
+    return 0;
+}
+
+/* added_tokens: CONTROL when special, else USER_DEFINED; then every id must have a text. */
+static int read_added(json_tok *j, char *err, size_t errlen) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j->added) {
         int32_t id = json_id(cJSON_GetObjectItemCaseSensitive(it, "id"));
         const char *content = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
         bool special, normalized, lstrip, rstrip, single_word;
@@ -373,168 +399,207 @@ int ls_tokenizer_from_json_mem(const char *json, size_t len, const char *config_
             json_bool(it, "lstrip", false, &lstrip) || json_bool(it, "rstrip", false, &rstrip) ||
             json_bool(it, "single_word", false, &single_word)) {
             jerr(err, errlen, "added token %d: special/normalized/lstrip/rstrip/single_word must be booleans", id);
-            goto done;
+            return -1;
         }
         if (normalized || lstrip || rstrip || single_word) {
             jerr(err, errlen, "added token %d ('%.60s'): normalized, lstrip, rstrip and single_word are not supported",
                  id, content);
-            goto done;
+            return -1;
         }
         if (content[0] == '\0') {
             jerr(err, errlen, "added token %d has empty content", id);
-            goto done;
+            return -1;
         }
-        if (texts[id] && strcmp(texts[id], content) != 0) {
-            jerr(err, errlen, "added token %d ('%.60s') conflicts with '%.60s' at that id", id, content, texts[id]);
-            goto done;
+        if (j->texts[id] && strcmp(j->texts[id], content) != 0) {
+            jerr(err, errlen, "added token %d ('%.60s') conflicts with '%.60s' at that id", id, content, j->texts[id]);
+            return -1;
         }
-        texts[id] = content;
-        lens[id] = strlen(content);
-        types[id] = special ? LS_TOKEN_CONTROL : LS_TOKEN_USER_DEFINED;
+        j->texts[id] = content;
+        j->lens[id] = strlen(content);
+        j->types[id] = special ? LS_TOKEN_CONTROL : LS_TOKEN_USER_DEFINED;
     }
-    for (int32_t i = 0; i < n; i++)
-        if (!texts[i]) {
-            jerr(err, errlen, "no token has id %d (ids must be 0..%d without gaps)", i, n - 1);
-            goto done;
+    for (int32_t i = 0; i < j->n; i++)
+        if (!j->texts[i]) {
+            jerr(err, errlen, "no token has id %d (ids must be 0..%d without gaps)", i, j->n - 1);
+            return -1;
         }
+    return 0;
+}
 
-    /* Merges: "a b" or ["a", "b"]. */
-    int nm = cJSON_GetArraySize(merges);
-    ma = malloc((size_t)(nm ? nm : 1) * sizeof *ma);
-    mb = malloc((size_t)(nm ? nm : 1) * sizeof *mb);
-    mla = malloc((size_t)(nm ? nm : 1) * sizeof *mla);
-    mlb = malloc((size_t)(nm ? nm : 1) * sizeof *mlb);
-    if (!ma || !mb || !mla || !mlb) {
+/* Merges: "a b" or ["a", "b"]. */
+static int read_merges(json_tok *j, char *err, size_t errlen) {
+    int nm = cJSON_GetArraySize(j->merges);
+    j->nm = nm;
+    j->ma = malloc((size_t)(nm ? nm : 1) * sizeof *j->ma);
+    j->mb = malloc((size_t)(nm ? nm : 1) * sizeof *j->mb);
+    j->mla = malloc((size_t)(nm ? nm : 1) * sizeof *j->mla);
+    j->mlb = malloc((size_t)(nm ? nm : 1) * sizeof *j->mlb);
+    if (!j->ma || !j->mb || !j->mla || !j->mlb) {
         jerr(err, errlen, "out of memory");
-        goto done;
+        return LS_ERR_NOMEM;
     }
     int k = 0;
-    cJSON_ArrayForEach(it, merges) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j->merges) {
         if (cJSON_IsString(it)) {
             const char *w = it->valuestring, *sp = w[0] ? strchr(w + 1, ' ') : NULL;
             if (!sp || sp[1] == '\0') {
                 jerr(err, errlen, "merge %d ('%.60s') is not of the form \"a b\"", k, w);
-                goto done;
+                return -1;
             }
-            ma[k] = w;
-            mla[k] = (uint64_t)(sp - w);
-            mb[k] = sp + 1;
-            mlb[k] = strlen(sp + 1);
+            j->ma[k] = w;
+            j->mla[k] = (uint64_t)(sp - w);
+            j->mb[k] = sp + 1;
+            j->mlb[k] = strlen(sp + 1);
         } else if (cJSON_IsArray(it) && cJSON_GetArraySize(it) == 2 && cJSON_IsString(cJSON_GetArrayItem(it, 0)) &&
                    cJSON_IsString(cJSON_GetArrayItem(it, 1))) {
-            ma[k] = cJSON_GetArrayItem(it, 0)->valuestring;
-            mb[k] = cJSON_GetArrayItem(it, 1)->valuestring;
-            mla[k] = strlen(ma[k]);
-            mlb[k] = strlen(mb[k]);
+            j->ma[k] = cJSON_GetArrayItem(it, 0)->valuestring;
+            j->mb[k] = cJSON_GetArrayItem(it, 1)->valuestring;
+            j->mla[k] = strlen(j->ma[k]);
+            j->mlb[k] = strlen(j->mb[k]);
         } else {
             jerr(err, errlen, "merge %d must be a string \"a b\" or an array [\"a\", \"b\"]", k);
-            goto done;
+            return -1;
         }
         k++;
     }
+    return 0;
+}
 
-    ls_tokenizer_desc d = {0};
-    d.n_vocab = n;
-    d.texts = texts;
-    d.lens = lens;
-    d.types = types;
-    d.model = LS_TOKENIZER_MODEL_BPE;
-    d.hf = true;
-    d.ignore_merges = ignore_merges;
-    d.n_merges = nm;
-    d.merge_a = ma;
-    d.merge_b = mb;
-    d.merge_la = mla;
-    d.merge_lb = mlb;
-    d.eot = d.eom = -1;
-
-    /* Special ids: tokenizer_config.json, else the post-processor and the usual texts. The
-     * lookups need the text -> id map, so resolve them on a first build without specials. */
-    d.bos = d.eos = d.unk = d.pad = -1;
-    if (ls_tokenizer_create(&d, &t, err, errlen) != 0) goto done;
-    const cJSON *unk_tok = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
+/* Special ids into d: tokenizer_config.json, else the post-processor and the usual texts,
+ * looked up on t (built without specials). */
+static int resolve_specials(const json_tok *j, const ls_tokenizer *t, ls_tokenizer_desc *d, char *err, size_t errlen) {
+    const cJSON *unk_tok = cJSON_GetObjectItemCaseSensitive(j->model, "unk_token");
     if (unk_tok && !cJSON_IsNull(unk_tok) && !cJSON_IsString(unk_tok)) {
         jerr(err, errlen, "model.unk_token must be a string or null");
-        goto done;
+        return -1;
     }
-    int32_t pp_bos = post_processor_bos(cJSON_GetObjectItemCaseSensitive(root, "post_processor"));
-    if (pp_bos >= n) pp_bos = -1;
+    int32_t pp_bos = post_processor_bos(cJSON_GetObjectItemCaseSensitive(j->root, "post_processor"));
+    if (pp_bos >= j->n) pp_bos = -1;
+    const cJSON *cfg = j->cfg;
     const char *bos_text = cfg ? cfg_token_text(cfg, "bos_token") : NULL;
     const char *eos_text = cfg ? cfg_token_text(cfg, "eos_token") : NULL;
     const char *pad_text = cfg ? cfg_token_text(cfg, "pad_token") : NULL;
-    d.bos = bos_text ? ls_tokenizer_find(t, bos_text) : pp_bos >= 0 ? pp_bos : ls_tokenizer_find(t, "<bos>");
-    d.eos = ls_tokenizer_find(t, eos_text ? eos_text : "<eos>");
-    d.pad = ls_tokenizer_find(t, pad_text ? pad_text : "<pad>");
-    d.unk = cJSON_IsString(unk_tok) ? ls_tokenizer_find(t, unk_tok->valuestring) : -1;
-    if (cJSON_IsString(unk_tok) && d.unk < 0) {
+    d->bos = bos_text ? ls_tokenizer_find(t, bos_text) : pp_bos >= 0 ? pp_bos : ls_tokenizer_find(t, "<bos>");
+    d->eos = ls_tokenizer_find(t, eos_text ? eos_text : "<eos>");
+    d->pad = ls_tokenizer_find(t, pad_text ? pad_text : "<pad>");
+    d->unk = cJSON_IsString(unk_tok) ? ls_tokenizer_find(t, unk_tok->valuestring) : -1;
+    if (cJSON_IsString(unk_tok) && d->unk < 0) {
         jerr(err, errlen, "model.unk_token '%.60s' is not in the vocab", unk_tok->valuestring);
-        goto done;
+        return -1;
     }
     bool add_bos = pp_bos >= 0;
     if (cfg && json_bool(cfg, "add_bos_token", add_bos, &add_bos)) {
         jerr(err, errlen, "tokenizer_config.json: add_bos_token must be a boolean");
-        goto done;
+        return -1;
     }
     /* Gemma 4's files say add_bos_token = false because its chat template writes <bos>; like
-     * llama.cpp we always start a Gemma 4 sequence with BOS (gemma.md section 7). */
-    if (ls_tokenizer_find(t, "<|turn>") >= 0 && d.bos >= 0) add_bos = true;
-    d.add_bos = add_bos && d.bos >= 0;
+     * llama.cpp we always start a Gemma 4 sequence with BOS (docs/gemma.md section 7). */
+    if (ls_tokenizer_find(t, "<|turn>") >= 0 && d->bos >= 0) add_bos = true;
+    d->add_bos = add_bos && d->bos >= 0;
+    return 0;
+}
 
-    /* Merges must name model-vocab tokens, and so must their result (HF refuses otherwise). */
+/* Merges must name model-vocab tokens, and so must their result (HF refuses otherwise). */
+static int check_merges(const json_tok *j, const ls_tokenizer *t, char *err, size_t errlen) {
     size_t jcap = 1;
-    for (int i = 0; i < nm; i++)
-        if (mla[i] + mlb[i] > jcap) jcap = mla[i] + mlb[i];
+    for (int i = 0; i < j->nm; i++)
+        if (j->mla[i] + j->mlb[i] > jcap) jcap = j->mla[i] + j->mlb[i];
     char *joined = malloc(jcap);
     if (!joined) {
         jerr(err, errlen, "out of memory");
-        goto done;
+        return LS_ERR_NOMEM;
     }
-    for (int i = 0; i < nm; i++) {
-        int32_t a = ls_tokenizer_find_n(t, ma[i], mla[i]), b = ls_tokenizer_find_n(t, mb[i], mlb[i]);
-        memcpy(joined, ma[i], mla[i]);
-        memcpy(joined + mla[i], mb[i], mlb[i]);
-        int32_t ab = ls_tokenizer_find_n(t, joined, mla[i] + mlb[i]);
-        if (a < 0 || b < 0 || ab < 0 || !in_model[a] || !in_model[b] || !in_model[ab]) {
+    for (int i = 0; i < j->nm; i++) {
+        int32_t a = ls_tokenizer_find_n(t, j->ma[i], j->mla[i]), b = ls_tokenizer_find_n(t, j->mb[i], j->mlb[i]);
+        memcpy(joined, j->ma[i], j->mla[i]);
+        memcpy(joined + j->mla[i], j->mb[i], j->mlb[i]);
+        int32_t ab = ls_tokenizer_find_n(t, joined, j->mla[i] + j->mlb[i]);
+        if (a < 0 || b < 0 || ab < 0 || !j->in_model[a] || !j->in_model[b] || !j->in_model[ab]) {
             free(joined);
-            jerr(err, errlen, "merge %d ('%.40s' '%.40s') refers to a token that is not in model.vocab", i, ma[i],
-                 mb[i]);
-            goto done;
+            jerr(err, errlen, "merge %d ('%.40s' '%.40s') refers to a token that is not in model.vocab", i, j->ma[i],
+                 j->mb[i]);
+            return -1;
         }
     }
     free(joined);
-    ls_tokenizer_free(t);
-    t = NULL;
-    if (ls_tokenizer_create(&d, &t, err, errlen) != 0) goto done;
-    t->byte_fallback = byte_fallback;
-    t->fuse_unk = fuse_unk;
-    t->unescape_user = decoder_unescapes(cJSON_GetObjectItemCaseSensitive(root, "decoder"), 0);
-    if (parse_normalizer(cJSON_GetObjectItemCaseSensitive(root, "normalizer"), t, err, errlen, 0) ||
-        parse_pretok(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), t, err, errlen, 0))
+    return 0;
+}
+
+/* Reads both files into j (vocab, added tokens, merges: every id and field checked). */
+static int read_json_tok(json_tok *j, const char *json, size_t len, const char *config_json, size_t config_len,
+                         char *err, size_t errlen) {
+    if (parse_model(j, json, len, config_json, config_len, err, errlen) || count_vocab(j, err, errlen)) return -1;
+    j->texts = calloc((size_t)j->n, sizeof *j->texts);
+    j->lens = calloc((size_t)j->n, sizeof *j->lens);
+    j->types = calloc((size_t)j->n, sizeof *j->types);
+    j->in_model = calloc((size_t)j->n, 1);
+    if (!j->texts || !j->lens || !j->types || !j->in_model) {
+        jerr(err, errlen, "out of memory");
+        return LS_ERR_NOMEM;
+    }
+    if (read_vocab(j, err, errlen) || read_added(j, err, errlen)) return -1;
+    return read_merges(j, err, errlen);
+}
+
+int ls_tokenizer_from_json_mem(const char *json, size_t len, const char *config_json, size_t config_len,
+                               ls_tokenizer **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (!json || !out) {
+        jerr(err, errlen, "NULL argument");
+        return -1;
+    }
+    json_tok j = {0};
+    ls_tokenizer *t = NULL;
+    int rc = -1;
+    if ((rc = read_json_tok(&j, json, len, config_json, config_len, err, errlen)) != 0) goto done;
+    ls_tokenizer_desc d = {
+        .n_vocab = j.n,
+        .texts = j.texts,
+        .lens = j.lens,
+        .types = j.types,
+        .model = LS_TOKENIZER_MODEL_BPE,
+        .hf = true,
+        .ignore_merges = j.ignore_merges,
+        .n_merges = j.nm,
+        .merge_a = j.ma,
+        .merge_b = j.mb,
+        .merge_la = j.mla,
+        .merge_lb = j.mlb,
+        .bos = -1,
+        .eos = -1,
+        .unk = -1,
+        .pad = -1,
+        .eot = -1,
+        .eom = -1,
+    };
+    /* Built once without specials: resolving them needs the text -> id map; they are set on
+     * the built tokenizer afterwards (ls_tok_set_specials, as ls_tokenizer_create sets them). */
+    if ((rc = ls_tokenizer_create(&d, &t, err, errlen)) != 0 || (rc = resolve_specials(&j, t, &d, err, errlen)) != 0 ||
+        (rc = check_merges(&j, t, err, errlen)) != 0 || (rc = ls_tok_set_specials(t, &d, err, errlen)) != 0)
+        goto done;
+    t->byte_fallback = j.byte_fallback;
+    t->fuse_unk = j.fuse_unk;
+    t->unescape_user = decoder_unescapes(cJSON_GetObjectItemCaseSensitive(j.root, "decoder"), 0);
+    if ((rc = parse_normalizer(cJSON_GetObjectItemCaseSensitive(j.root, "normalizer"), t, err, errlen, 0)) != 0 ||
+        (rc = parse_pretok(cJSON_GetObjectItemCaseSensitive(j.root, "pre_tokenizer"), t, err, errlen, 0)) != 0)
         goto done;
     *out = t;
     t = NULL;
     rc = 0;
 done:
     ls_tokenizer_free(t);
-    cJSON_Delete(root);
-    cJSON_Delete(cfg);
-    free(texts);
-    free(lens);
-    free(types);
-    free(in_model);
-    free(ma);
-    free(mb);
-    free(mla);
-    free(mlb);
+    json_tok_free(&j);
     return rc;
 }
 
-/* Whole file, NUL-terminated; NULL + *missing when it does not exist. */
-static char *slurp(const char *path, size_t *len, bool *missing, char *err, size_t errlen) {
-    *missing = false;
+/* Whole file, NUL-terminated; NULL + *why (1: it does not exist, LS_ERR_NOMEM, -1: unreadable)
+ * and a message. */
+static char *slurp(const char *path, size_t *len, int *why, char *err, size_t errlen) {
+    *why = -1;
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        *missing = true;
+        *why = 1;
         jerr(err, errlen, "cannot open %s", path);
         return NULL;
     }
@@ -545,6 +610,7 @@ static char *slurp(const char *path, size_t *len, bool *missing, char *err, size
         jerr(err, errlen, "%s: unreadable or larger than %zu bytes", path, JSON_MAX_FILE);
     } else if (!(buf = malloc((size_t)sz + 1))) {
         jerr(err, errlen, "out of memory");
+        *why = LS_ERR_NOMEM;
     } else if (fread(buf, 1, (size_t)sz, fp) != (size_t)sz) {
         jerr(err, errlen, "%s: read error", path);
         free(buf);
@@ -564,9 +630,9 @@ int ls_tokenizer_from_json(const char *path, ls_tokenizer **out, char *err, size
         return -1;
     }
     size_t len = 0, clen = 0;
-    bool missing;
-    char *json = slurp(path, &len, &missing, err, errlen);
-    if (!json) return -1;
+    int why;
+    char *json = slurp(path, &len, &why, err, errlen);
+    if (!json) return why == LS_ERR_NOMEM ? LS_ERR_NOMEM : -1;
     /* tokenizer_config.json next to it: "<dir>/<prefix>tokenizer_config.json" for
      * "<dir>/<prefix>tokenizer.json", else "<dir>/tokenizer_config.json". */
     char *cfg = NULL;
@@ -575,7 +641,7 @@ int ls_tokenizer_from_json(const char *path, ls_tokenizer **out, char *err, size
     if (!cpath) {
         free(json);
         jerr(err, errlen, "out of memory");
-        return -1;
+        return LS_ERR_NOMEM;
     }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -583,14 +649,14 @@ int ls_tokenizer_from_json(const char *path, ls_tokenizer **out, char *err, size
     if (bl >= 14 && strcmp(base + bl - 14, "tokenizer.json") == 0) {
         memcpy(cpath, path, pl - 5);
         strcpy(cpath + pl - 5, "_config.json");
-        cfg = slurp(cpath, &clen, &missing, err, errlen);
-        if (!cfg && !missing) goto fail;
+        cfg = slurp(cpath, &clen, &why, err, errlen);
+        if (!cfg && why != 1) goto fail;
     }
     if (!cfg) {
         memcpy(cpath, path, (size_t)(base - path));
         strcpy(cpath + (base - path), "tokenizer_config.json");
-        cfg = slurp(cpath, &clen, &missing, err, errlen);
-        if (!cfg && !missing) goto fail;
+        cfg = slurp(cpath, &clen, &why, err, errlen);
+        if (!cfg && why != 1) goto fail;
     }
     int rc = ls_tokenizer_from_json_mem(json, len, cfg, clen, out, err, errlen);
     free(cpath);
@@ -600,5 +666,5 @@ int ls_tokenizer_from_json(const char *path, ls_tokenizer **out, char *err, size
 fail:
     free(cpath);
     free(json);
-    return -1;
+    return why == LS_ERR_NOMEM ? LS_ERR_NOMEM : -1;
 }

@@ -353,6 +353,111 @@ static uint64_t align_up(uint64_t x, uint64_t a) {
     return (x + a - 1) / a * a;
 }
 
+/* The metadata key/values: the template's, in its order, with the overrides replacing keys
+ * of the same name and the rest written after the template's last gemma3.* key; the
+ * template's gemma3.rope.scaling.* keys are dropped without rope_scaling. Returns the count. */
+static uint64_t put_metadata(gm_buf *h, const gguf_tpl *tpl, kv_override *ov, int n_ov, bool rope_scaling) {
+    uint64_t n_kv = 0;
+    int64_t last_arch_kv = -1;
+    for (uint64_t i = 0; i < tpl->n_kv; i++)
+        if (tpl->kv[i].key_len > 7 && memcmp(tpl->kv[i].key, "gemma3.", 7) == 0) last_arch_kv = (int64_t)i;
+    for (uint64_t i = 0; i < tpl->n_kv; i++) {
+        const kv_rec *k = &tpl->kv[i];
+        bool replaced = false;
+        for (int j = 0; j < n_ov && !replaced; j++)
+            if (key_is(k, ov[j].key)) {
+                put_override(h, &ov[j]);
+                ov[j].used = replaced = true;
+                n_kv++;
+            }
+        bool drop = !replaced && !rope_scaling && k->key_len > 20 && memcmp(k->key, "gemma3.rope.scaling.", 20) == 0;
+        if (!replaced && !drop) {
+            gm_buf_put(h, tpl->map + k->start, k->end - k->start);
+            n_kv++;
+        }
+        if ((int64_t)i == last_arch_kv || (last_arch_kv < 0 && i + 1 == tpl->n_kv))
+            for (int j = 0; j < n_ov; j++)
+                if (!ov[j].used) {
+                    put_override(h, &ov[j]);
+                    ov[j].used = true;
+                    n_kv++;
+                }
+    }
+    return n_kv;
+}
+
+/* The tensor infos (offsets assigned here, each tensor aligned); returns the data size. */
+static uint64_t put_tensor_infos(gm_buf *h, gm_tensor_list *l, uint64_t alignment) {
+    uint64_t off = 0;
+    for (int i = 0; i < l->n; i++) {
+        gm_tensor *t = &l->v[i];
+        t->offset = off;
+        put_str(h, t->name);
+        put_u32(h, (uint32_t)t->n_dims);
+        if (t->n_dims == 1) {
+            put_u64(h, (uint64_t)t->shape[0]);
+        } else {
+            put_u64(h, (uint64_t)t->shape[1]); /* ne[0] = columns */
+            put_u64(h, (uint64_t)t->shape[0]);
+        }
+        put_u32(h, (uint32_t)t->dtype);
+        put_u64(h, t->offset);
+        off = align_up(off + t->nbytes, alignment);
+    }
+    return off;
+}
+
+static void report_q4km(const gm_args *a, const g3_geom *g, const gm_tensor_list *l, uint64_t n_kv, uint64_t tpl_kv,
+                        uint64_t data_start, uint64_t file_size) {
+    uint64_t by_type[3] = {0}, n_type[3] = {0};
+    for (int i = 0; i < l->n; i++) {
+        int k = l->v[i].dtype == GM_GGML_F32 ? 0 : l->v[i].dtype == GM_GGML_Q4_K ? 1 : 2;
+        by_type[k] += l->v[i].nbytes;
+        n_type[k]++;
+    }
+    char sz[64];
+    gm_fmt_bytes(file_size, sz, sizeof sz);
+    printf("gemma3-27b-q4km: %d layers, hidden %d, vocab %d -> %s\n", g->n_layers, g->hidden, g->vocab, a->out);
+    printf("  tensors: %d (F32 %llu, Q4_K %llu, Q6_K %llu); Q4_K %.2f GB, Q6_K %.2f GB\n", l->n,
+           (unsigned long long)n_type[0], (unsigned long long)n_type[1], (unsigned long long)n_type[2],
+           by_type[1] / 1e9, by_type[2] / 1e9);
+    printf("  metadata: %llu keys (%llu copied from the template), header %.2f MB\n", (unsigned long long)n_kv,
+           (unsigned long long)tpl_kv, data_start / 1e6);
+    printf("  total: %s\n", sz);
+    fflush(stdout);
+}
+
+/* Header, then every tensor streamed, then the last tensor padded to data_size. 0 or -1. */
+static int write_q4km(gm_args *a, const gm_buf *h, const gm_tensor_list *l, uint64_t data_start, uint64_t data_size) {
+    int rc = 0;
+    double t0 = gm_now();
+    FILE *fp = fopen(a->out, "wb");
+    if (!fp) {
+        fprintf(stderr, "lockstep-gen-model: cannot create %s: %s\n", a->out, strerror(errno));
+        rc = -1;
+    } else {
+        if (fwrite(h->p, 1, h->len, fp) != h->len) {
+            fprintf(stderr, "lockstep-gen-model: write error on %s\n", a->out);
+            rc = -1;
+        }
+        int *idx = malloc((size_t)l->n * sizeof *idx);
+        for (int i = 0; i < l->n && idx; i++) idx[i] = i;
+        if (rc == 0) rc = idx ? gm_stream_tensors(fp, a->out, l, idx, l->n, data_start, &a->io) : -1;
+        free(idx);
+        /* pad the last tensor like the gguf writers do */
+        const gm_tensor *last = &l->v[l->n - 1];
+        uint64_t tail = data_size - (last->offset + last->nbytes);
+        static const uint8_t zeros[64];
+        for (uint64_t k = 0; rc == 0 && tail; tail -= k) {
+            k = tail < sizeof zeros ? tail : sizeof zeros;
+            if (fwrite(zeros, 1, (size_t)k, fp) != k) rc = -1;
+        }
+        if (gm_close_file(fp, a->out, &a->io) != 0) rc = -1;
+    }
+    a->io.seconds += gm_now() - t0;
+    return rc;
+}
+
 int gm_kind_gemma3_q4km(gm_args *a) {
     if (!a->like) {
         fprintf(stderr, "lockstep-gen-model: --kind gemma3-27b-q4km needs --like TEMPLATE.gguf "
@@ -408,107 +513,22 @@ int gm_kind_gemma3_q4km(gm_args *a) {
     gm_tensor_list l = {0};
     build_g3(&l, &g, a->seed);
 
-    /* header: metadata */
+    /* header: metadata, then the tensor infos */
     gm_buf h = {0};
     gm_buf_put(&h, "GGUF", 4);
     put_u32(&h, 3);
     put_u64(&h, (uint64_t)l.n);
     size_t n_kv_pos = h.len;
     put_u64(&h, 0); /* patched below */
-    uint64_t n_kv = 0;
-    int64_t last_arch_kv = -1;
-    for (uint64_t i = 0; i < tpl.n_kv; i++)
-        if (tpl.kv[i].key_len > 7 && memcmp(tpl.kv[i].key, "gemma3.", 7) == 0) last_arch_kv = (int64_t)i;
-    for (uint64_t i = 0; i < tpl.n_kv; i++) {
-        const kv_rec *k = &tpl.kv[i];
-        bool replaced = false;
-        for (int j = 0; j < n_ov && !replaced; j++)
-            if (key_is(k, ov[j].key)) {
-                put_override(&h, &ov[j]);
-                ov[j].used = replaced = true;
-                n_kv++;
-            }
-        bool drop = !replaced && !a->rope_scaling && k->key_len > 20 && memcmp(k->key, "gemma3.rope.scaling.", 20) == 0;
-        if (!replaced && !drop) {
-            gm_buf_put(&h, tpl.map + k->start, k->end - k->start);
-            n_kv++;
-        }
-        if ((int64_t)i == last_arch_kv || (last_arch_kv < 0 && i + 1 == tpl.n_kv))
-            for (int j = 0; j < n_ov; j++)
-                if (!ov[j].used) {
-                    put_override(&h, &ov[j]);
-                    ov[j].used = true;
-                    n_kv++;
-                }
-    }
+    uint64_t n_kv = put_metadata(&h, &tpl, ov, n_ov, a->rope_scaling);
     for (int i = 0; i < 8; i++) h.p[n_kv_pos + (size_t)i] = (char)(n_kv >> (8 * i));
-    /* tensor infos */
-    uint64_t off = 0;
-    for (int i = 0; i < l.n; i++) {
-        gm_tensor *t = &l.v[i];
-        t->offset = off;
-        put_str(&h, t->name);
-        put_u32(&h, (uint32_t)t->n_dims);
-        if (t->n_dims == 1) {
-            put_u64(&h, (uint64_t)t->shape[0]);
-        } else {
-            put_u64(&h, (uint64_t)t->shape[1]); /* ne[0] = columns */
-            put_u64(&h, (uint64_t)t->shape[0]);
-        }
-        put_u32(&h, (uint32_t)t->dtype);
-        put_u64(&h, t->offset);
-        off = align_up(off + t->nbytes, tpl.alignment);
-    }
+    uint64_t off = put_tensor_infos(&h, &l, tpl.alignment);
     uint64_t data_start = align_up(h.len, tpl.alignment);
     while (h.len < data_start) gm_buf_put(&h, "\0", 1);
-    uint64_t file_size = data_start + off;
-
-    /* report */
-    uint64_t by_type[3] = {0}, n_type[3] = {0};
-    for (int i = 0; i < l.n; i++) {
-        int k = l.v[i].dtype == GM_GGML_F32 ? 0 : l.v[i].dtype == GM_GGML_Q4_K ? 1 : 2;
-        by_type[k] += l.v[i].nbytes;
-        n_type[k]++;
-    }
-    char sz[64];
-    gm_fmt_bytes(file_size, sz, sizeof sz);
-    printf("gemma3-27b-q4km: %d layers, hidden %d, vocab %d -> %s\n", g.n_layers, g.hidden, g.vocab, a->out);
-    printf("  tensors: %d (F32 %llu, Q4_K %llu, Q6_K %llu); Q4_K %.2f GB, Q6_K %.2f GB\n", l.n,
-           (unsigned long long)n_type[0], (unsigned long long)n_type[1], (unsigned long long)n_type[2],
-           by_type[1] / 1e9, by_type[2] / 1e9);
-    printf("  metadata: %llu keys (%llu copied from the template), header %.2f MB\n", (unsigned long long)n_kv,
-           (unsigned long long)tpl.n_kv, data_start / 1e6);
-    printf("  total: %s\n", sz);
-    fflush(stdout);
+    report_q4km(a, &g, &l, n_kv, tpl.n_kv, data_start, data_start + off);
 
     int rc = h.oom ? -1 : 0;
-    if (rc == 0 && !a->dry_run) {
-        double t0 = gm_now();
-        FILE *fp = fopen(a->out, "wb");
-        if (!fp) {
-            fprintf(stderr, "lockstep-gen-model: cannot create %s: %s\n", a->out, strerror(errno));
-            rc = -1;
-        } else {
-            if (fwrite(h.p, 1, h.len, fp) != h.len) {
-                fprintf(stderr, "lockstep-gen-model: write error on %s\n", a->out);
-                rc = -1;
-            }
-            int *idx = malloc((size_t)l.n * sizeof *idx);
-            for (int i = 0; i < l.n && idx; i++) idx[i] = i;
-            if (rc == 0) rc = idx ? gm_stream_tensors(fp, a->out, &l, idx, l.n, data_start, &a->io) : -1;
-            free(idx);
-            /* pad the last tensor like the gguf writers do */
-            const gm_tensor *last = &l.v[l.n - 1];
-            uint64_t tail = off - (last->offset + last->nbytes);
-            static const uint8_t zeros[64];
-            for (uint64_t k = 0; rc == 0 && tail; tail -= k) {
-                k = tail < sizeof zeros ? tail : sizeof zeros;
-                if (fwrite(zeros, 1, (size_t)k, fp) != k) rc = -1;
-            }
-            if (gm_close_file(fp, a->out, &a->io) != 0) rc = -1;
-        }
-        a->io.seconds += gm_now() - t0;
-    }
+    if (rc == 0 && !a->dry_run) rc = write_q4km(a, &h, &l, data_start, off);
     gm_buf_free(&h);
     gm_tensor_list_free(&l);
     tpl_close(&tpl);

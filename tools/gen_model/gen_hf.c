@@ -19,7 +19,7 @@ typedef struct {
     bool sliding[128];
 } g4_geom;
 
-/* The 31B text stack (gemma.md 1-2): 5 sliding + 1 full, the last layer full. */
+/* The 31B text stack (docs/gemma.md 1-2): 5 sliding + 1 full, the last layer full. */
 static void geom_31b(g4_geom *g, int n_layers) {
     memset(g, 0, sizeof *g);
     g->n_layers = n_layers;
@@ -175,7 +175,7 @@ static void build_qat(gm_tensor_list *l, const g4_geom *g, uint64_t seed) {
     add_bf16_vec(l, seed, "model.norm.weight", H, FINAL_NORM_MEAN, FINAL_NORM_SD);
 }
 
-/* The assistant (gemma.md 5.2): no k/v projections (every layer reads the target's K/V). */
+/* The assistant (docs/gemma.md 5.2): no k/v projections (every layer reads the target's K/V). */
 static void build_assistant(gm_tensor_list *l, const g4_geom *g, int backbone, uint64_t seed) {
     int64_t H = g->hidden, I = g->inter;
     double sd_h = 1.0 / sqrt((double)H);
@@ -467,7 +467,7 @@ static int write_qat_config(const char *dir, const g4_geom *g) {
     return rc;
 }
 
-/* config.json of the assistant (fixture gemma4_dense_assistant; 31B values, gemma.md 5.1). */
+/* config.json of the assistant (fixture gemma4_dense_assistant; 31B values, docs/gemma.md 5.1). */
 static int write_assistant_config(const char *dir, const g4_geom *g, int backbone) {
     gm_buf b = {0};
     gm_buf_printf(&b,

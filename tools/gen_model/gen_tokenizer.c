@@ -2,7 +2,7 @@
  * checkpoints.
  *
  * Ids 0..511 are exactly those of the test fixtures' tokenizer (tests/data/hf/README.md,
- * "Tokenizer"): Gemma 4's special tokens at their real ids (<pad> 0, <eos> 1, <bos> 2,
+ * "Common shape of all fixtures"): Gemma 4's special tokens at their real ids (<pad> 0, <eos> 1, <bos> 2,
  * <unk> 3, <mask> 4, [multimodal] 5, <|tool> 46 .. <|"|> 52, <|think|> 98, <|channel> 100,
  * <channel|> 101, <|turn> 105, <turn|> 106; other ids below 107 special <unusedN>), "\n"
  * 107, byte-fallback pieces <0x00>..<0xFF> 108..363, 74 single characters and 74 learned

@@ -146,104 +146,120 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int main(int argc, char **argv) {
-    const char *model_path = NULL, *tokens_arg = NULL, *tokens_file = NULL, *prompt = NULL, *prompt_file = NULL;
-    const char *out_path = NULL, *fa = "auto", *kv = NULL;
-    int32_t ngl = 0, n_threads = 0, n_ctx = 0, n_batch = 512;
-    bool print_tokens = false;
+typedef struct {
+    const char *model_path, *tokens_arg, *tokens_file, *prompt, *prompt_file;
+    const char *out_path, *fa, *kv;
+    int32_t ngl, n_threads, n_ctx, n_batch;
+    bool print_tokens;
+} options;
+
+/* One option with its value v (NULL when none follows): 1 if v was consumed, 0 if not, -1
+ * (message printed) on a bad value, -2 on an unknown option. */
+static int parse_opt(options *o, const char *a, const char *v) {
+    if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+        o->model_path = v;
+    else if (!strcmp(a, "--tokens"))
+        o->tokens_arg = v;
+    else if (!strcmp(a, "--tokens-file"))
+        o->tokens_file = v;
+    else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+        o->prompt = v;
+    else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
+        o->prompt_file = v;
+    else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
+        o->out_path = v;
+    else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers"))
+        return parse_int(a, v, -1, 100000, &o->ngl) ? 1 : -1;
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+        return parse_int(a, v, 1, 1024, &o->n_threads) ? 1 : -1;
+    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+        return parse_int(a, v, 1, 1 << 24, &o->n_ctx) ? 1 : -1;
+    else if (!strcmp(a, "-b") || !strcmp(a, "--batch"))
+        return parse_int(a, v, 1, 1 << 20, &o->n_batch) ? 1 : -1;
+    else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
+        o->fa = v;
+        if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
+            fprintf(stderr, "llama-logits: -fa expects on, off or auto, got '%s'\n", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "--kv")) {
+        o->kv = v;
+        if (strcmp(v, "f16") && strcmp(v, "f32")) {
+            fprintf(stderr, "llama-logits: --kv expects f16 or f32, got '%s'\n", v);
+            return -1;
+        }
+    } else
+        return -2;
+    return 1;
+}
+
+/* -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, options *o) {
+    *o = (options){.fa = "auto", .n_batch = 512};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = true;
-        bool ok = true;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             g_verbose = true;
-            takes = false;
+            continue;
         } else if (!strcmp(a, "--print-tokens")) {
-            print_tokens = true;
-            takes = false;
+            o->print_tokens = true;
+            continue;
         } else if (!v) {
             fprintf(stderr, "llama-logits: %s: missing value or unknown option\n", a);
             usage(stderr);
             return 2;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            model_path = v;
-        else if (!strcmp(a, "--tokens"))
-            tokens_arg = v;
-        else if (!strcmp(a, "--tokens-file"))
-            tokens_file = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
-            prompt = v;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
-            prompt_file = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output"))
-            out_path = v;
-        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers"))
-            ok = parse_int(a, v, -1, 100000, &ngl);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = parse_int(a, v, 1, 1024, &n_threads);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
-            ok = parse_int(a, v, 1, 1 << 24, &n_ctx);
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch"))
-            ok = parse_int(a, v, 1, 1 << 20, &n_batch);
-        else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
-            fa = v;
-            if (strcmp(fa, "on") && strcmp(fa, "off") && strcmp(fa, "auto")) {
-                fprintf(stderr, "llama-logits: -fa expects on, off or auto, got '%s'\n", fa);
-                ok = false;
-            }
-        } else if (!strcmp(a, "--kv")) {
-            kv = v;
-            if (strcmp(kv, "f16") && strcmp(kv, "f32")) {
-                fprintf(stderr, "llama-logits: --kv expects f16 or f32, got '%s'\n", kv);
-                ok = false;
-            }
-        } else {
+        }
+        int r = parse_opt(o, a, v);
+        if (r == -2) {
             fprintf(stderr, "llama-logits: unknown option '%s'\n", a);
             usage(stderr);
             return 2;
         }
-        if (!ok) return 2;
-        if (takes) i++;
+        if (r < 0) return 2;
+        i++;
     }
-    int given = !!tokens_arg + !!tokens_file + !!prompt + !!prompt_file;
-    if (!model_path || given != 1) {
+    int given = !!o->tokens_arg + !!o->tokens_file + !!o->prompt + !!o->prompt_file;
+    if (!o->model_path || given != 1) {
         usage(stderr);
         return 2;
     }
-    if (n_threads == 0) {
+    if (o->n_threads == 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = nc > 0 ? (int32_t)nc : 4;
+        o->n_threads = nc > 0 ? (int32_t)nc : 4;
     }
+    return -1;
+}
 
-    int32_t n = 0, *ids = NULL;
-    char *text = NULL;
-    size_t text_len = 0;
-    if (tokens_arg) {
-        if (!(ids = parse_ids(tokens_arg, "--tokens", &n))) return 2;
-    } else if (tokens_file) {
-        char *s = read_file(tokens_file, &text_len);
-        if (!s) return 2;
-        ids = parse_ids(s, tokens_file, &n);
+/* The ids (--tokens, --tokens-file) or the text to tokenize (-p, -f). false (message
+ * printed) on failure. */
+static bool read_input(const options *o, int32_t **ids, int32_t *n, char **text, size_t *text_len) {
+    if (o->tokens_arg) return (*ids = parse_ids(o->tokens_arg, "--tokens", n)) != NULL;
+    if (o->tokens_file) {
+        char *s = read_file(o->tokens_file, text_len);
+        if (!s) return false;
+        *ids = parse_ids(s, o->tokens_file, n);
         free(s);
-        if (!ids) return 2;
-    } else if (prompt) {
-        text = strdup(prompt);
-        text_len = strlen(prompt);
-    } else if (!(text = read_file(prompt_file, &text_len)))
-        return 2;
+        return *ids != NULL;
+    }
+    if (o->prompt) {
+        *text = strdup(o->prompt);
+        *text_len = strlen(o->prompt);
+        return true;
+    }
+    return (*text = read_file(o->prompt_file, text_len)) != NULL;
+}
 
-    llama_log_set(log_cb, NULL);
-    llama_backend_init();
-    ggml_backend_load_all(); /* no-op for backends linked in; loads them in a GGML_BACKEND_DL build */
-
+/* The model on the CPU only (-ngl 0) or with ngl layers on the GPUs; NULL (message printed)
+ * on failure. dev_desc names the device. */
+static struct llama_model *load_model(const options *o, char *dev_desc, size_t cap) {
     struct llama_model_params mp = llama_model_default_params();
-    ggml_backend_dev_t no_devices[1] = {NULL};
-    char dev_desc[256] = "CPU only (no device, no op offload)";
-    if (ngl == 0) {
+    static ggml_backend_dev_t no_devices[1] = {NULL};
+    snprintf(dev_desc, cap, "CPU only (no device, no op offload)");
+    if (o->ngl == 0) {
         mp.devices = no_devices; /* CPU only: no GPU device at all (llama-server -dev none) */
         mp.n_gpu_layers = 0;
     } else {
@@ -253,84 +269,88 @@ int main(int argc, char **argv) {
             enum ggml_backend_dev_type t = ggml_backend_dev_type(d);
             if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) {
                 if (n_gpu++ == 0)
-                    snprintf(dev_desc, sizeof dev_desc, "%s (%s)", ggml_backend_dev_name(d),
-                             ggml_backend_dev_description(d));
+                    snprintf(dev_desc, cap, "%s (%s)", ggml_backend_dev_name(d), ggml_backend_dev_description(d));
             }
         }
         if (n_gpu == 0) { /* a CPU build (or no visible GPU) would silently compute on the CPU */
-            fprintf(stderr, "llama-logits: -ngl %d but this llama.cpp build sees no GPU device\n", ngl);
-            return 1;
+            fprintf(stderr, "llama-logits: -ngl %d but this llama.cpp build sees no GPU device\n", o->ngl);
+            return NULL;
         }
-        mp.n_gpu_layers = ngl;
+        mp.n_gpu_layers = o->ngl;
     }
-    struct llama_model *model = llama_model_load_from_file(model_path, mp);
-    if (!model) {
-        fprintf(stderr, "llama-logits: cannot load model '%s'\n", model_path);
-        return 1;
-    }
-    const struct llama_vocab *vocab = llama_model_get_vocab(model);
-    const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+    struct llama_model *model = llama_model_load_from_file(o->model_path, mp);
+    if (!model) fprintf(stderr, "llama-logits: cannot load model '%s'\n", o->model_path);
+    return model;
+}
 
+/* Tokenizes text (if any: it is freed) and checks the ids. 0, or the exit code. */
+static int prepare_ids(const struct llama_vocab *vocab, int32_t n_vocab, char *text, size_t text_len, int32_t **ids,
+                       int32_t *n, bool print_tokens) {
     if (text) {
         int32_t cap = (int32_t)text_len + 16;
-        ids = malloc(sizeof(int32_t) * (size_t)cap);
-        n = ids ? llama_tokenize(vocab, text, (int32_t)text_len, ids, cap, true, true) : -1;
-        if (n < 0) {
-            fprintf(stderr, "llama-logits: tokenization failed (%d)\n", n);
+        *ids = malloc(sizeof(int32_t) * (size_t)cap);
+        *n = *ids ? llama_tokenize(vocab, text, (int32_t)text_len, *ids, cap, true, true) : -1;
+        if (*n < 0) {
+            fprintf(stderr, "llama-logits: tokenization failed (%d)\n", *n);
             return 1;
         }
         free(text);
-        if (n == 0) {
+        if (*n == 0) {
             fprintf(stderr, "llama-logits: the prompt has no tokens\n");
             return 1;
         }
     }
-    for (int32_t i = 0; i < n; i++) {
-        if (ids[i] >= n_vocab) {
-            fprintf(stderr, "llama-logits: token id %d at %d is outside the vocabulary (%d)\n", ids[i], i, n_vocab);
+    for (int32_t i = 0; i < *n; i++) {
+        if ((*ids)[i] >= n_vocab) {
+            fprintf(stderr, "llama-logits: token id %d at %d is outside the vocabulary (%d)\n", (*ids)[i], i, n_vocab);
             return 2;
         }
     }
     if (print_tokens) {
-        for (int32_t i = 0; i < n; i++) fprintf(stderr, i ? " %d" : "%d", ids[i]);
+        for (int32_t i = 0; i < *n; i++) fprintf(stderr, i ? " %d" : "%d", (*ids)[i]);
         fprintf(stderr, "\n");
     }
+    return 0;
+}
 
-    if (n_batch > n) n_batch = n;
+/* llama.cpp's default context but for the batch, threads, -fa, --kv and, on the CPU, no
+ * offload. NULL with *rc = the exit code on failure. */
+static struct llama_context *make_context(struct llama_model *model, const options *o, int32_t n, int32_t n_batch,
+                                          int *rc) {
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t)(n_ctx ? n_ctx : n);
+    cp.n_ctx = (uint32_t)(o->n_ctx ? o->n_ctx : n);
     cp.n_batch = (uint32_t)n_batch;
     cp.n_ubatch = (uint32_t)n_batch;
     cp.n_seq_max = 1;
-    cp.n_threads = n_threads;
-    cp.n_threads_batch = n_threads;
+    cp.n_threads = o->n_threads;
+    cp.n_threads_batch = o->n_threads;
     cp.no_perf = true;
-    cp.flash_attn_type = !strcmp(fa, "on")    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                         : !strcmp(fa, "off") ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                              : LLAMA_FLASH_ATTN_TYPE_AUTO;
-    if (kv) cp.type_k = cp.type_v = !strcmp(kv, "f32") ? GGML_TYPE_F32 : GGML_TYPE_F16;
-    if (ngl == 0) {
+    cp.flash_attn_type = !strcmp(o->fa, "on")    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                         : !strcmp(o->fa, "off") ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                 : LLAMA_FLASH_ATTN_TYPE_AUTO;
+    if (o->kv) cp.type_k = cp.type_v = !strcmp(o->kv, "f32") ? GGML_TYPE_F32 : GGML_TYPE_F16;
+    if (o->ngl == 0) {
         cp.op_offload = false;  /* no host-weight op shipped to a GPU */
         cp.offload_kqv = false; /* KV cache on the host (there is no device anyway) */
     }
     if ((int64_t)cp.n_ctx < n) {
         fprintf(stderr, "llama-logits: -c %u < %d tokens\n", cp.n_ctx, n);
-        return 2;
+        *rc = 2;
+        return NULL;
     }
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         fprintf(stderr, "llama-logits: cannot create the context\n");
-        return 1;
+        *rc = 1;
     }
+    return ctx;
+}
 
-    FILE *out = out_path ? fopen(out_path, "wb") : stdout;
-    if (!out) {
-        fprintf(stderr, "llama-logits: cannot open '%s': %s\n", out_path, strerror(errno));
-        return 1;
-    }
+/* Teacher-forced decode of ids in batches of n_batch, every position's logits to out. 0 or 1. */
+static int decode_all(struct llama_context *ctx, const int32_t *ids, int32_t n, int32_t n_batch, int32_t n_vocab,
+                      FILE *out) {
     struct llama_batch batch = llama_batch_init(n_batch, 0, 1);
     int rc = 0;
-    double t0 = now_s();
     for (int32_t i = 0; i < n && rc == 0; i += n_batch) {
         int32_t k = n - i < n_batch ? n - i : n_batch;
         batch.n_tokens = k;
@@ -361,6 +381,42 @@ int main(int argc, char **argv) {
             }
         }
     }
+    llama_batch_free(batch);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    int32_t n = 0, *ids = NULL;
+    char *text = NULL;
+    size_t text_len = 0;
+    if (!read_input(&o, &ids, &n, &text, &text_len)) return 2;
+
+    llama_log_set(log_cb, NULL);
+    llama_backend_init();
+    ggml_backend_load_all(); /* no-op for backends linked in; loads them in a GGML_BACKEND_DL build */
+
+    char dev_desc[256];
+    struct llama_model *model = load_model(&o, dev_desc, sizeof dev_desc);
+    if (!model) return 1;
+    const struct llama_vocab *vocab = llama_model_get_vocab(model);
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+    if ((rc = prepare_ids(vocab, n_vocab, text, text_len, &ids, &n, o.print_tokens)) != 0) return rc;
+
+    int32_t n_batch = o.n_batch > n ? n : o.n_batch;
+    struct llama_context *ctx = make_context(model, &o, n, n_batch, &rc);
+    if (!ctx) return rc;
+
+    FILE *out = o.out_path ? fopen(o.out_path, "wb") : stdout;
+    if (!out) {
+        fprintf(stderr, "llama-logits: cannot open '%s': %s\n", o.out_path, strerror(errno));
+        return 1;
+    }
+    double t0 = now_s();
+    rc = decode_all(ctx, ids, n, n_batch, n_vocab, out);
     double dt = now_s() - t0;
     if (out != stdout) {
         if (fclose(out) != 0 && rc == 0) {
@@ -373,9 +429,8 @@ int main(int argc, char **argv) {
         char desc[256];
         llama_model_desc(model, desc, sizeof desc);
         fprintf(stderr, "llama-logits: %d positions x %d vocab, %s, %s, -ngl %d, batch %d, %d threads, %.3f s\n", n,
-                n_vocab, desc, dev_desc, ngl, n_batch, n_threads, dt);
+                n_vocab, desc, dev_desc, o.ngl, n_batch, o.n_threads, dt);
     }
-    llama_batch_free(batch);
     llama_free(ctx);
     llama_model_free(model);
     llama_backend_free();

@@ -1,6 +1,6 @@
 /* CPU kernels: activation quantization, batch-invariant dot products and the matmul
  * driver. Every function here gives bit-identical results for a row whatever the batch
- * size M or the thread count (speculative.md sections 1-2), and the AVX2 paths give the
+ * size M or the thread count (docs/speculative.md sections 1-2), and the AVX2 paths give the
  * same bits as the scalar reference (tests memcmp them).
  *
  * The fixed reduction order for quantized types: per block, exact integer dot products
@@ -127,7 +127,7 @@ typedef void (*ls_tile_fn)(int64_t k, const void *w, size_t w_stride, int64_t nr
                            int nact, float *y, int64_t y_stride);
 ls_tile_fn ls_tile_avx2_get(ls_type wt);
 
-/* ---- MLX affine-quantized weights (mlx_affine.c, mlx_affine_avx2.c; gemma.md 6.4) ----
+/* ---- MLX affine-quantized weights (mlx_affine.c, mlx_affine_avx2.c; docs/gemma.md 6.4) ----
  * A weight is an ls_weight of type LS_TYPE_MLX_AFFINE: packed rows (LSB-first bit stream,
  * element c at bits [c * bits, (c + 1) * bits) of its row), per-group scales and biases.
  * Element (r, c) dequantizes to (scale * q) + bias with two roundings (no fma), which is

@@ -1,4 +1,4 @@
-/* Reference dequantizers: one block layout each (gguf.md "Dequantization"), written to
+/* Reference dequantizers: one block layout each (docs/gguf.md "Dequantization"), written to
  * compute every element with the same float expression, in the same order, as llama.cpp's
  * dequantize_row_* and the gguf Python package. With -ffp-contract=off nothing is fused,
  * so the golden test (tests/test_kernels_reference.c) can compare them bit for bit.

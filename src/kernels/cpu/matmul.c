@@ -1,6 +1,6 @@
 /* The matmul driver: Y[m][n] = dot(W row n, X row m).
  *
- * Batch invariance (speculative.md section 2) holds by construction: every Y element is
+ * Batch invariance (docs/speculative.md section 2) holds by construction: every Y element is
  * produced by the one kernel family for (weight type, ISA) on the same weight bytes and
  * the same activation bytes, whatever M or the thread count:
  *  - activations are quantized per row into scratch (a row's bytes never depend on M);

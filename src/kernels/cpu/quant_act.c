@@ -1,4 +1,4 @@
-/* Activation quantization, one row at a time (speculative.md section 2: per row, same
+/* Activation quantization, one row at a time (docs/speculative.md section 2: per row, same
  * block size, so a row's bytes never depend on the batch it travels in).
  *
  * Semantics follow what llama.cpp's CPU backend runs on an AVX2 machine, because our

@@ -120,7 +120,7 @@ static void qr_q8_0(const float *x, ls_block_q8_0 *y, int64_t nb) {
 /* ---- K-quants: round-to-nearest ---- */
 
 /* Pack eight 6-bit scales and mins into the 12 bytes Q4_K/Q5_K share (inverse of the
- * unpacking in gguf.md). */
+ * unpacking in docs/gguf.md). */
 static void qr_pack_k4_scales(const int sc[8], const int m[8], uint8_t q[12]) {
     for (int j = 0; j < 4; j++) {
         q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
@@ -244,7 +244,7 @@ int ls_quantize_row_ref(ls_type t, const float *x, void *dst, int64_t k) {
     }
 }
 
-/* ---- MLX affine (gemma.md 6.4): mlx's CPU quantizer (backend/cpu/quantized.cpp) step for
+/* ---- MLX affine (docs/gemma.md 6.4): mlx's CPU quantizer (backend/cpu/quantized.cpp) step for
  * step in float, so for float inputs the codes, scales and biases equal mx.quantize's
  * (tests check that against tools/gen_mlx_quant_golden.py's output). */
 int ls_mlx_affine_quantize_ref(const float *src, int64_t rows, int64_t cols, int32_t bits, int32_t group,

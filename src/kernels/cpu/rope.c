@@ -1,4 +1,4 @@
-/* RoPE with a rotated-pairs count (backend.h rope_pairs; gemma.md 3.4). Scalar on purpose:
+/* RoPE with a rotated-pairs count (backend.h rope_pairs; docs/gemma.md 3.4). Scalar on purpose:
  * it is a tiny share of the work, and one code path means one set of bits on every ISA. */
 #include <math.h>
 

@@ -133,7 +133,7 @@ static float vd_q8_0(int64_t k, const void *w, const void *a) {
 
 /* ---- K-quants (act: Q8_K) ---- */
 
-/* The eight 6-bit scales and mins of a Q4_K/Q5_K block (gguf.md). */
+/* The eight 6-bit scales and mins of a Q4_K/Q5_K block (docs/gguf.md). */
 static void vd_k4_scales(const uint8_t *q, int sc[8], int m[8]) {
     for (int j = 0; j < 4; j++) {
         sc[j] = q[j] & 63;
