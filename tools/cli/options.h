@@ -80,7 +80,7 @@ typedef enum { OPT_T_FLAG, OPT_T_INT, OPT_T_FLOAT, OPT_T_U64, OPT_T_STR, OPT_T_E
 
 /* The most rows of one forward step that -b may ask for, in `run` and `serve` alike: a
  * session's activations grow with it, and the server's batcher holds -b plus K rows per slot
- * (at most 256 slots x K 16) under its limit of 65536 rows (src/model/batcher.c). */
+ * (at most 256 slots x K 16) under its limit of 65536 rows (docs/settings.md). */
 enum { CLI_MAX_BATCH = 4096 };
 
 typedef struct {
