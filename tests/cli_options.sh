@@ -73,7 +73,8 @@ expect 2 "-n expects" -- "$CLI" run -m "$NOMODEL" -nx
 expect 2 "--repetitions expects" -- "$CLI" bench -m "$NOMODEL" --repetitions 0
 expect 2 "needs a value" -- "$CLI" run --temp
 expect 2 "takes no value" -- "$CLI" run -m "$NOMODEL" --chat=yes
-expect 2 "unknown option '--frobnicate'" -- "$CLI" serve -m "$NOMODEL" --frobnicate
+expect 2 "unknown option '--frobnicate'" -- "$CLI" serve -m "$NOMODEL" --frobnicate=1
+expect 2 "--port is not an option of 'run' (only of: serve)" -- "$CLI" run -m "$NOMODEL" --port=80
 expect 2 "unexpected argument 'extra'" -- "$CLI" probe -m "$NOMODEL" extra
 # -b: one limit for run and serve
 expect 2 "-b expects an integer in [1, 4096]" -- "$CLI" run -m "$NOMODEL" -b 4097

@@ -151,12 +151,6 @@ const char *cli_cmd_name(cli_cmd cmd) {
     return "?";
 }
 
-cli_cmd cli_cmd_from_name(const char *name) {
-    for (int i = 0; i < N_CMDS; i++)
-        if (!strcmp(cmd_info[i].name, name)) return cmd_info[i].cmd;
-    return 0;
-}
-
 static bool spelled(const cli_opt *e, const char *s) {
     if (!strcmp(e->name, s)) return true;
     for (int k = 0; k < 3 && e->alias[k]; k++)
@@ -295,12 +289,14 @@ int cli_opts_parse(cli_cmd cmd, int argc, char **argv, cli_opts *o) {
         int r = match_arg(cmd, argc, argv, &i, o, &other);
         if (r < 0) return CLI_USAGE;
         if (r == 0) {
+            int len = a[1] == '-' ? (int)strcspn(a, "=") : (int)strlen(a); /* the name of --name=value */
             if (other) {
                 char c[128];
                 cmds_text(other->cmds, c, sizeof c);
-                fprintf(stderr, "lockstep: %s is not an option of '%s' (only of: %s)\n", a, cli_cmd_name(cmd), c);
+                fprintf(stderr, "lockstep: %.*s is not an option of '%s' (only of: %s)\n", len, a, cli_cmd_name(cmd),
+                        c);
             } else {
-                fprintf(stderr, "lockstep: unknown option '%s'\n", a);
+                fprintf(stderr, "lockstep: unknown option '%.*s'\n", len, a);
             }
             cli_usage(cmd, stderr);
             return CLI_USAGE;

@@ -124,8 +124,7 @@ void cli_usage(cli_cmd cmd, FILE *f);
 void cli_main_usage(FILE *f);
 /* `lockstep options`: the table as tab-separated lines (for scripts and tests/cli_options.sh). */
 void cli_opts_dump(FILE *f);
-/* "run", "serve", ... for a cli_cmd bit; a cli_cmd for a name (0 when unknown). */
+/* "run", "serve", ... for a cli_cmd bit. */
 const char *cli_cmd_name(cli_cmd cmd);
-cli_cmd cli_cmd_from_name(const char *name);
 
 #endif
