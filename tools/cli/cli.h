@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "lockstep.h"
+#include "options.h"
 
 typedef struct {
     const char *model;  /* -m */

@@ -1,8 +1,8 @@
 /* Process-wide settings of the CLI (docs/settings.md): the options every subcommand takes
- * (--device, --isa, --no-cuda-graphs, --no-probe-cache, --verbose) and the documented
- * environment variables, mapped onto ls_test_control. The library reads no environment
- * variable; this file is where the CLI and the server read them. Command-line options win
- * over the environment. */
+ * (--device, --isa, --no-cuda-graphs, --no-probe-cache, --verbose: entries of the option
+ * table, options.c, marked common) and the documented environment variables, mapped onto ls_test_control. The library
+ * reads no environment variable; this file is where the CLI and the server read them. Command-line options win over the
+ * environment. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,47 +62,15 @@ static bool settings_from_env(void) {
     return true;
 }
 
-/* Removes argv[i] and the n values after it. */
-static void drop_args(int *argc, char **argv, int i, int n) {
-    for (int j = i; j + n + 1 <= *argc; j++) argv[j] = argv[j + n + 1];
-    *argc -= n + 1;
-}
-
 int cli_settings_init(int *argc, char **argv) {
     if (!settings_from_env()) return -1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--device") || !strcmp(a, "--isa")) {
-            bool dev = a[2] == 'd';
-            if (i + 1 >= *argc) {
-                fprintf(stderr, "lockstep: %s needs a value (%s)\n", a, dev ? "cpu, cuda or auto" : "auto or scalar");
-                return -1;
-            }
-            const char *v = argv[i + 1];
-            if (dev && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
-                fprintf(stderr, "lockstep: --device must be cpu, cuda or auto, got '%s'\n", v);
-                return -1;
-            }
-            if (!dev && strcmp(v, "auto") && strcmp(v, "scalar")) {
-                fprintf(stderr, "lockstep: --isa must be auto or scalar, got '%s'\n", v);
-                return -1;
-            }
-            if (dev)
-                cli_cfg.device = v;
-            else
-                cli_cfg.isa = v;
-            drop_args(argc, argv, i--, 1);
-        } else if (!strcmp(a, "--no-cuda-graphs")) {
-            cli_cfg.cuda_graphs = false;
-            drop_args(argc, argv, i--, 0);
-        } else if (!strcmp(a, "--no-probe-cache")) {
-            cli_cfg.probe_cache = false;
-            drop_args(argc, argv, i--, 0);
-        } else if (!strcmp(a, "--verbose")) {
-            cli_cfg.verbose = true;
-            drop_args(argc, argv, i--, 0);
-        }
-    }
+    cli_opts o = {0};
+    if (!cli_opts_take_common(argc, argv, &o)) return -1;
+    if (o.given[OPT_DEVICE]) cli_cfg.device = o.v[OPT_DEVICE].s;
+    if (o.given[OPT_ISA]) cli_cfg.isa = o.v[OPT_ISA].s;
+    if (o.given[OPT_NO_CUDA_GRAPHS]) cli_cfg.cuda_graphs = false;
+    if (o.given[OPT_NO_PROBE_CACHE]) cli_cfg.probe_cache = false;
+    if (o.given[OPT_VERBOSE]) cli_cfg.verbose = true;
     /* Applied now, before any model, session or kernel exists (the ISA is chosen once). */
     if (ls_test_control(LS_TESTCTL_ISA, cli_cfg.isa) != LS_OK) {
         fprintf(stderr, "lockstep: could not set the ISA to '%s'\n", cli_cfg.isa);

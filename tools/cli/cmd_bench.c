@@ -4,9 +4,9 @@
  * context, and the weight bytes streamed per decoded token (every weight is read once per
  * step: the LM head is the tied embedding) as GB/s. Token ids are a fixed pseudo-random
  * sequence, as llama-bench does, so runs are comparable. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -24,37 +24,16 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},    {"threads", required_argument, 0, 't'},
-        {"n-prompt", required_argument, 0, 'p'}, {"n-gen", required_argument, 0, 'n'},
-        {"reps", required_argument, 0, 'r'},     {"verify", required_argument, 0, 'k'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-    cli_common c = {0};
-    int32_t n_pp = 512, n_tg = 128, reps = 5, kv = 4;
-    optind = 1;
-    int o;
-    while ((o = getopt_long(argc, argv, "m:t:p:n:r:k:h", opts, NULL)) != -1) {
-        bool ok = true;
-        switch (o) {
-        case 'm': c.model = optarg; break;
-        case 't': ok = cli_parse_i32("-t", optarg, 1, 512, &c.n_threads); break;
-        case 'p': ok = cli_parse_i32("-p", optarg, 1, 16384, &n_pp); break;
-        case 'n': ok = cli_parse_i32("-n", optarg, 1, 16384, &n_tg); break;
-        case 'r': ok = cli_parse_i32("-r", optarg, 1, 100, &reps); break;
-        case 'k': ok = cli_parse_i32("--verify", optarg, 2, 16, &kv); break;
-        case 'h':
-            printf("usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5] [--verify K]\n");
-            return CLI_OK;
-        default:
-            fprintf(stderr, "usage: lockstep bench [-m MODEL] [-t N] [-p 512] [-n 128] [-r 5] [--verify K]\n");
-            return CLI_USAGE;
-        }
-        if (!ok) return CLI_USAGE;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "lockstep: unexpected argument '%s'\n", argv[optind]);
-        return CLI_USAGE;
-    }
+    cli_opts o;
+    memset(&o, 0, sizeof o);
+    o.v[OPT_N_PROMPT].i = 512;
+    o.v[OPT_N_GEN].i = 128;
+    o.v[OPT_REPS].i = 5;
+    o.v[OPT_VERIFY].i = 4;
+    int pr = cli_opts_parse(CLI_CMD_BENCH, argc, argv, &o);
+    if (pr != CLI_CONTINUE) return pr;
+    cli_common c = {.model = o.v[OPT_MODEL].s, .n_threads = o.v[OPT_THREADS].i};
+    int32_t n_pp = o.v[OPT_N_PROMPT].i, n_tg = o.v[OPT_N_GEN].i, reps = o.v[OPT_REPS].i, kv = o.v[OPT_VERIFY].i;
     ls_model *m = cli_open_model(c.model);
     if (!m) return CLI_FAIL;
     char err[512];

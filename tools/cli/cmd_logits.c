@@ -1,17 +1,11 @@
 /* lockstep logits: float32 logits of every position, raw little-endian [positions x vocab],
  * to stdout or -o FILE. --mode prefill runs the prompt as one batch, chain one token at a
  * time, prefill:CHUNK in chunks of CHUNK rows. All modes must give identical bytes. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-
-static void logits_usage(FILE *f) {
-    fprintf(f, "usage: lockstep logits [-m MODEL] (--tokens ID,ID,... | -p TEXT | -f FILE)\n"
-               "                       [--mode prefill|chain|prefill:CHUNK] [-o FILE] [-t N] [-c N]\n");
-}
 
 static int32_t *parse_tokens(const char *s, int32_t *n) {
     int32_t cap = 16, k = 0;
@@ -50,36 +44,20 @@ static int32_t *parse_tokens(const char *s, int32_t *n) {
 }
 
 int cmd_logits(int argc, char **argv) {
-    enum { O_TOKENS = 256, O_MODE };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
-        {"file", required_argument, 0, 'f'},    {"tokens", required_argument, 0, O_TOKENS},
-        {"mode", required_argument, 0, O_MODE}, {"output", required_argument, 0, 'o'},
-        {"threads", required_argument, 0, 't'}, {"ctx-size", required_argument, 0, 'c'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    cli_common c = {0};
-    const char *tokens_arg = NULL, *mode = "prefill", *outp = NULL;
-    optind = 1;
-    int o;
-    while ((o = getopt_long(argc, argv, "m:p:f:o:t:c:h", opts, NULL)) != -1) {
-        bool ok = true;
-        switch (o) {
-        case 'm': c.model = optarg; break;
-        case 'p': c.prompt = optarg; break;
-        case 'f': c.file = optarg; break;
-        case O_TOKENS: tokens_arg = optarg; break;
-        case O_MODE: mode = optarg; break;
-        case 'o': outp = optarg; break;
-        case 't': ok = cli_parse_i32("-t", optarg, 1, 512, &c.n_threads); break;
-        case 'c': ok = cli_parse_i32("-c", optarg, 1, 1 << 24, &c.n_ctx); break;
-        case 'h': logits_usage(stdout); return CLI_OK;
-        default: logits_usage(stderr); return CLI_USAGE;
-        }
-        if (!ok) return CLI_USAGE;
-    }
+    cli_opts o;
+    memset(&o, 0, sizeof o);
+    o.v[OPT_MODE].s = "prefill";
+    int pr = cli_opts_parse(CLI_CMD_LOGITS, argc, argv, &o);
+    if (pr != CLI_CONTINUE) return pr;
+    cli_common c = {.model = o.v[OPT_MODEL].s,
+                    .prompt = o.v[OPT_PROMPT].s,
+                    .file = o.v[OPT_FILE].s,
+                    .n_threads = o.v[OPT_THREADS].i,
+                    .n_ctx = o.v[OPT_CTX_SIZE].i};
+    const char *tokens_arg = o.v[OPT_TOKENS].s, *mode = o.v[OPT_MODE].s, *outp = o.v[OPT_OUTPUT].s;
     int given = !!tokens_arg + !!c.prompt + !!c.file;
-    if (optind < argc || given != 1) {
-        logits_usage(stderr);
+    if (given != 1) {
+        cli_usage(CLI_CMD_LOGITS, stderr);
         return CLI_USAGE;
     }
     int32_t chunk = 0; /* 0 = whole prompt in one batch */

@@ -2,44 +2,20 @@
  * block size or, by default, K = 2..8. Exit 0 when every K passes, 1 otherwise.
  * LOCKSTEP_TEST_FAULT=LAYER:STAGE (test-only, docs/settings.md) perturbs one sub-op of the
  * block path. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
-static void probe_usage(FILE *f) {
-    fprintf(f, "usage: lockstep probe [-m MODEL] [--draft-block-size K] [--trace] [-t N]\n"
-               "  Without --draft-block-size, probes K = 2..8.\n");
-}
-
 int cmd_probe(int argc, char **argv) {
-    enum { O_DBS = 256, O_TRACE };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"draft-block-size", required_argument, 0, O_DBS},
-        {"trace", no_argument, 0, O_TRACE},   {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-    cli_common c = {0};
-    int32_t k = 0;
-    optind = 1;
-    int o;
-    while ((o = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
-        bool ok = true;
-        switch (o) {
-        case 'm': c.model = optarg; break;
-        case O_DBS: ok = cli_parse_i32("--draft-block-size", optarg, 2, LS_SPEC_MAX_BLOCK, &k); break;
-        case O_TRACE: cli_set_probe_trace(true); break;
-        case 't': ok = cli_parse_i32("-t", optarg, 1, 512, &c.n_threads); break;
-        case 'h': probe_usage(stdout); return CLI_OK;
-        default: probe_usage(stderr); return CLI_USAGE;
-        }
-        if (!ok) return CLI_USAGE;
-    }
-    if (optind < argc) {
-        probe_usage(stderr);
-        return CLI_USAGE;
-    }
+    cli_opts o;
+    memset(&o, 0, sizeof o);
+    int pr = cli_opts_parse(CLI_CMD_PROBE, argc, argv, &o);
+    if (pr != CLI_CONTINUE) return pr;
+    if (o.v[OPT_TRACE].on) cli_set_probe_trace(true);
+    cli_common c = {.model = o.v[OPT_MODEL].s, .n_threads = o.v[OPT_THREADS].i};
+    int32_t k = o.v[OPT_DRAFT_BLOCK_SIZE].i; /* 0: K = 2..8 */
     ls_probe_params pp = {.n_threads = c.n_threads};
     ls_model *m = cli_open_model(c.model);
     if (!m) return CLI_FAIL;

@@ -4,7 +4,6 @@
  * SIGINT/SIGTERM: a graceful drain (new requests and queued ones get 503, running generations
  * get up to --shutdown-timeout seconds, then end with finish_reason "length"; every response
  * is completed before the HTTP daemon stops), exit 0. A second signal exits at once. */
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,33 +14,6 @@
 #include "cli.h"
 #include "server.h"
 
-static void serve_usage(FILE *f) {
-    fprintf(f, "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N] [-b N]\n"
-               "                      [--api-key KEY] [--draft ngram|model|assistant] [--model-draft PATH]\n"
-               "                      [--draft-block-size K] [--allow-inexact] [--timeout S] [--alias NAME]\n"
-               "                      [--queue-timeout S] [--shutdown-timeout S] [--header-timeout S]\n"
-               "  Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
-               "             GET /v1/models, /health, /metrics.\n"
-               "  --parallel N   slots (sequences decoded concurrently, each with its own KV cache); default 1;\n"
-               "                 up to 2*N more requests wait in a queue, beyond that 503 + Retry-After\n"
-               "  -c N           context per slot (default: the model's training context)\n"
-               "  -t N           threads of the forward steps (default: all cores); all slots' decode rows\n"
-               "                 run in one forward per step\n"
-               "  -b N           prompt chunk: most prompt tokens of one request per step (default 64),\n"
-               "                 so a long prompt does not stall the other streams; it also caps K (a verify\n"
-               "                 block is K rows; -b 1 turns speculation off)\n"
-               "  --port 0       picks a free port (printed on stderr)\n"
-               "  --timeout S    the longest a generation may run, counted from its start (then\n"
-               "                 finish_reason \"length\"), and the idle limit once a request is in; default 600\n"
-               "  --header-timeout S  a connection must send its whole request within S seconds of going\n"
-               "                 quiet, or it is closed (default 10): idle sockets cannot hold the server\n"
-               "  --queue-timeout S  a request still waiting for a slot after S seconds gets 503 (default 600)\n"
-               "  --shutdown-timeout S  on SIGTERM/SIGINT: stop accepting, answer queued requests 503, let\n"
-               "                 running generations go on for up to S seconds (default 10), then end them\n"
-               "                 with finish_reason \"length\" and exit 0; a second signal exits at once\n"
-               "  --api-key KEY  require 'Authorization: Bearer KEY' (not for /health)\n");
-}
-
 static int g_sig_pipe[2] = {-1, -1};
 
 static void on_signal(int sig) {
@@ -50,93 +22,94 @@ static void on_signal(int sig) {
     (void)r;
 }
 
+/* The options of `serve` (the option table, tools/cli/options.c) into the server's
+ * configuration, defaults first. False with *rc the exit code when the command ends here. */
+static bool serve_config(int argc, char **argv, srv_config *cfg, int *rc) {
+    cli_opts o;
+    memset(&o, 0, sizeof o);
+    o.v[OPT_HOST].s = "127.0.0.1";
+    o.v[OPT_PORT].i = 8080;
+    o.v[OPT_PARALLEL].i = 1;
+    o.v[OPT_BATCH_SIZE].i = 64;
+    o.v[OPT_DRAFT_BLOCK_SIZE].i = 4;
+    o.v[OPT_TIMEOUT].i = 600;
+    o.v[OPT_QUEUE_TIMEOUT].i = 600;
+    o.v[OPT_SHUTDOWN_TIMEOUT].i = 10;
+    o.v[OPT_HEADER_TIMEOUT].i = 10;
+    *rc = cli_opts_parse(CLI_CMD_SERVE, argc, argv, &o);
+    if (*rc != CLI_CONTINUE) return false;
+    cfg->model_path = o.v[OPT_MODEL].s;
+    cfg->host = o.v[OPT_HOST].s;
+    cfg->port = o.v[OPT_PORT].i;
+    cfg->parallel = o.v[OPT_PARALLEL].i;
+    cfg->n_ctx = o.v[OPT_CTX_SIZE].i;
+    cfg->n_threads = o.v[OPT_THREADS].i;
+    cfg->n_batch = o.v[OPT_BATCH_SIZE].i;
+    cfg->api_key = o.v[OPT_API_KEY].s;
+    cfg->draft_kind = o.v[OPT_DRAFT].s;
+    cfg->draft_path = o.v[OPT_MODEL_DRAFT].s;
+    cfg->block_size = o.v[OPT_DRAFT_BLOCK_SIZE].i;
+    const char *ai = getenv("LOCKSTEP_ALLOW_INEXACT");
+    cfg->allow_inexact = o.v[OPT_ALLOW_INEXACT].on || (ai && *ai && strcmp(ai, "0") != 0);
+    cfg->timeout_s = o.v[OPT_TIMEOUT].i;
+    cfg->alias = o.v[OPT_ALIAS].s;
+    cfg->queue_timeout_s = o.v[OPT_QUEUE_TIMEOUT].i;
+    cfg->shutdown_timeout_s = o.v[OPT_SHUTDOWN_TIMEOUT].i;
+    cfg->header_timeout_s = o.v[OPT_HEADER_TIMEOUT].i;
+    return true;
+}
+
+/* Serves until SIGINT/SIGTERM, then drains gracefully (see the top of this file). */
+static void serve_until_signal(srv_server *s) {
+    const srv_config *cfg = &s->cfg;
+    /* Serve: wait for a signal, expiring queued requests past --queue-timeout meanwhile. */
+    unsigned char sig = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = g_sig_pipe[0], .events = POLLIN};
+        if (poll(&pfd, 1, 200) > 0 && read(g_sig_pipe[0], &sig, 1) == 1) break;
+        srv_queue_expire(s, false);
+    }
+    fprintf(stderr, "lockstep serve: %s received, shutting down (up to %d s for running requests; again to exit now)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", cfg->shutdown_timeout_s);
+    /* Graceful drain: new requests get 503 (`stopping`), queued ones 503 now, running ones
+     * go on until done or the grace period ends (then `abort_gen` ends them at their next
+     * token with finish_reason "length"); then wait (bounded) until every response is sent. */
+    atomic_store(&s->stopping, true);
+    atomic_store(&s->ready, false);
+    int n_queued = srv_queue_expire(s, true);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->cv); /* idle workers exit */
+    pthread_mutex_unlock(&s->mu);
+    double grace_end = srv_now_ms() + 1e3 * cfg->shutdown_timeout_s;
+    bool aborted = false;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int busy = s->active + s->qlen, conns = s->http_active;
+        pthread_mutex_unlock(&s->mu);
+        if (!busy && !conns) break;
+        double now = srv_now_ms();
+        if (!aborted && now >= grace_end) {
+            fprintf(stderr, "lockstep serve: grace period over, ending %d running generation(s)\n", busy);
+            atomic_store(&s->abort_gen, true);
+            aborted = true;
+        }
+        if (aborted && now >= grace_end + 750) break; /* a client that does not read: give up */
+        struct pollfd pfd = {.fd = g_sig_pipe[0], .events = POLLIN};
+        if (poll(&pfd, 1, 20) > 0 && read(g_sig_pipe[0], &sig, 1) == 1) {
+            fprintf(stderr, "lockstep serve: second signal, exiting now\n");
+            _exit(128 + sig);
+        }
+    }
+    fprintf(stderr, "lockstep serve: drained (%d queued request(s) answered 503%s), exiting\n", n_queued,
+            aborted ? ", running ones cut at the grace period" : "");
+}
+
 int cmd_serve(int argc, char **argv) {
-    enum {
-        O_HOST = 256,
-        O_PORT,
-        O_PAR,
-        O_KEY,
-        O_DRAFT,
-        O_MDRAFT,
-        O_DBS,
-        O_INEXACT,
-        O_TIMEOUT,
-        O_ALIAS,
-        O_QTIMEOUT,
-        O_STIMEOUT,
-        O_HTIMEOUT
-    };
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"host", required_argument, 0, O_HOST},
-                                         {"port", required_argument, 0, O_PORT},
-                                         {"parallel", required_argument, 0, O_PAR},
-                                         {"ctx-size", required_argument, 0, 'c'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"batch-size", required_argument, 0, 'b'},
-                                         {"api-key", required_argument, 0, O_KEY},
-                                         {"draft", required_argument, 0, O_DRAFT},
-                                         {"model-draft", required_argument, 0, O_MDRAFT},
-                                         {"draft-block-size", required_argument, 0, O_DBS},
-                                         {"allow-inexact", no_argument, 0, O_INEXACT},
-                                         {"timeout", required_argument, 0, O_TIMEOUT},
-                                         {"alias", required_argument, 0, O_ALIAS},
-                                         {"queue-timeout", required_argument, 0, O_QTIMEOUT},
-                                         {"shutdown-timeout", required_argument, 0, O_STIMEOUT},
-                                         {"header-timeout", required_argument, 0, O_HTIMEOUT},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    int rc;
     static srv_server S; /* reachable from every MHD/worker thread for the process lifetime */
     srv_server *s = &S;
     srv_config *cfg = &s->cfg;
-    cfg->host = "127.0.0.1";
-    cfg->port = 8080;
-    cfg->parallel = 1;
-    cfg->n_batch = 64;
-    cfg->block_size = 4;
-    cfg->timeout_s = 600;
-    cfg->queue_timeout_s = 600;
-    cfg->shutdown_timeout_s = 10;
-    cfg->header_timeout_s = 10;
-    const char *ai = getenv("LOCKSTEP_ALLOW_INEXACT");
-    cfg->allow_inexact = ai && *ai && strcmp(ai, "0") != 0;
-    int32_t v;
-    optind = 1;
-    opterr = 1;
-    int o;
-    while ((o = getopt_long(argc, argv, "m:c:t:b:h", opts, NULL)) != -1) {
-        bool ok = true;
-        switch (o) {
-        case 'm': cfg->model_path = optarg; break;
-        case O_HOST: cfg->host = optarg; break;
-        case O_PORT: ok = cli_parse_i32("--port", optarg, 0, 65535, &v), cfg->port = v; break;
-        case O_PAR: ok = cli_parse_i32("--parallel", optarg, 1, 256, &v), cfg->parallel = v; break;
-        case 'c': ok = cli_parse_i32("-c", optarg, 1, 1 << 24, &v), cfg->n_ctx = v; break;
-        case 't': ok = cli_parse_i32("-t", optarg, 1, 512, &v), cfg->n_threads = v; break;
-        case 'b': ok = cli_parse_i32("-b", optarg, 1, 4096, &v), cfg->n_batch = v; break;
-        case O_KEY: cfg->api_key = optarg; break;
-        case O_DRAFT: cfg->draft_kind = optarg; break;
-        case O_MDRAFT: cfg->draft_path = optarg; break;
-        case O_DBS:
-            ok = cli_parse_i32("--draft-block-size", optarg, 2, LS_SPEC_MAX_BLOCK, &v), cfg->block_size = v;
-            break;
-        case O_INEXACT: cfg->allow_inexact = true; break;
-        case O_TIMEOUT: ok = cli_parse_i32("--timeout", optarg, 1, 86400, &v), cfg->timeout_s = v; break;
-        case O_ALIAS: cfg->alias = optarg; break;
-        case O_QTIMEOUT: ok = cli_parse_i32("--queue-timeout", optarg, 1, 86400, &v), cfg->queue_timeout_s = v; break;
-        case O_HTIMEOUT: ok = cli_parse_i32("--header-timeout", optarg, 1, 86400, &v), cfg->header_timeout_s = v; break;
-        case O_STIMEOUT:
-            ok = cli_parse_i32("--shutdown-timeout", optarg, 0, 86400, &v), cfg->shutdown_timeout_s = v;
-            break;
-        case 'h': serve_usage(stdout); return CLI_OK;
-        default: serve_usage(stderr); return CLI_USAGE;
-        }
-        if (!ok) return CLI_USAGE;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "lockstep: unexpected argument '%s'\n", argv[optind]);
-        serve_usage(stderr);
-        return CLI_USAGE;
-    }
+    if (!serve_config(argc, argv, cfg, &rc)) return rc;
     bool draft_ok;
     cfg->draft_kind = cli_resolve_draft(cfg->draft_kind, cfg->draft_path, &draft_ok);
     if (!draft_ok) return CLI_USAGE;
@@ -187,7 +160,7 @@ int cmd_serve(int argc, char **argv) {
         return CLI_FAIL;
     }
     fprintf(stderr, "lockstep serve: listening on http://%s:%d (loading model)\n", cfg->host, srv_http_port());
-    int rc = CLI_FAIL;
+    rc = CLI_FAIL;
     const char *path = cfg->model_path ? cfg->model_path : cli_default_model_path();
     if (!(s->model = cli_open_model(path))) goto out;
     ls_model_info info;
@@ -214,46 +187,7 @@ int cmd_serve(int argc, char **argv) {
             "speculation=%s%s%s\n",
             cfg->host, srv_http_port(), s->model_id, s->n_slots, cfg->n_threads, s->n_ctx, ls_model_device(s->model),
             ls_device_name_of(ls_model_device(s->model)), s->spec_state, *s->spec_detail ? ": " : "", s->spec_detail);
-    /* Serve: wait for a signal, expiring queued requests past --queue-timeout meanwhile. */
-    unsigned char sig = 0;
-    for (;;) {
-        struct pollfd pfd = {.fd = g_sig_pipe[0], .events = POLLIN};
-        if (poll(&pfd, 1, 200) > 0 && read(g_sig_pipe[0], &sig, 1) == 1) break;
-        srv_queue_expire(s, false);
-    }
-    fprintf(stderr, "lockstep serve: %s received, shutting down (up to %d s for running requests; again to exit now)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", cfg->shutdown_timeout_s);
-    /* Graceful drain: new requests get 503 (`stopping`), queued ones 503 now, running ones
-     * go on until done or the grace period ends (then `abort_gen` ends them at their next
-     * token with finish_reason "length"); then wait (bounded) until every response is sent. */
-    atomic_store(&s->stopping, true);
-    atomic_store(&s->ready, false);
-    int n_queued = srv_queue_expire(s, true);
-    pthread_mutex_lock(&s->mu);
-    pthread_cond_broadcast(&s->cv); /* idle workers exit */
-    pthread_mutex_unlock(&s->mu);
-    double grace_end = srv_now_ms() + 1e3 * cfg->shutdown_timeout_s;
-    bool aborted = false;
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        int busy = s->active + s->qlen, conns = s->http_active;
-        pthread_mutex_unlock(&s->mu);
-        if (!busy && !conns) break;
-        double now = srv_now_ms();
-        if (!aborted && now >= grace_end) {
-            fprintf(stderr, "lockstep serve: grace period over, ending %d running generation(s)\n", busy);
-            atomic_store(&s->abort_gen, true);
-            aborted = true;
-        }
-        if (aborted && now >= grace_end + 750) break; /* a client that does not read: give up */
-        struct pollfd pfd = {.fd = g_sig_pipe[0], .events = POLLIN};
-        if (poll(&pfd, 1, 20) > 0 && read(g_sig_pipe[0], &sig, 1) == 1) {
-            fprintf(stderr, "lockstep serve: second signal, exiting now\n");
-            _exit(128 + sig);
-        }
-    }
-    fprintf(stderr, "lockstep serve: drained (%d queued request(s) answered 503%s), exiting\n", n_queued,
-            aborted ? ", running ones cut at the grace period" : "");
+    serve_until_signal(s);
     rc = CLI_OK;
 out:
     /* Stop accepting, end what still runs (the text callbacks see `abort_gen`), let the
