@@ -19,9 +19,9 @@ static void serve_usage(FILE *f) {
     fprintf(f, "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N] [-t N] [-b N]\n"
                "                      [--api-key KEY] [--draft ngram|model|assistant] [--model-draft PATH]\n"
                "                      [--draft-block-size K] [--allow-inexact] [--timeout S] [--alias NAME]\n"
-               "                      [--queue-timeout S] [--shutdown-timeout S] [--header-timeout S]\n"
+               "                      [--queue-timeout S] [--shutdown-timeout S] [--header-timeout S] [--no-webui]\n"
                "  Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
-               "             GET /v1/models, /health, /metrics.\n"
+               "             GET /v1/models, /health, /metrics; GET / is a chat page.\n"
                "  --parallel N   slots (sequences decoded concurrently, each with its own KV cache); default 1;\n"
                "                 up to 2*N more requests wait in a queue, beyond that 503 + Retry-After\n"
                "  -c N           context per slot (default: the model's training context)\n"
@@ -39,7 +39,8 @@ static void serve_usage(FILE *f) {
                "  --shutdown-timeout S  on SIGTERM/SIGINT: stop accepting, answer queued requests 503, let\n"
                "                 running generations go on for up to S seconds (default 10), then end them\n"
                "                 with finish_reason \"length\" and exit 0; a second signal exits at once\n"
-               "  --api-key KEY  require 'Authorization: Bearer KEY' (not for /health)\n");
+               "  --api-key KEY  require 'Authorization: Bearer KEY' (not for /health and the chat page)\n"
+               "  --no-webui     no chat page at / (by default GET / serves it, embedded in the binary)\n");
 }
 
 static int g_sig_pipe[2] = {-1, -1};
@@ -64,7 +65,8 @@ int cmd_serve(int argc, char **argv) {
         O_ALIAS,
         O_QTIMEOUT,
         O_STIMEOUT,
-        O_HTIMEOUT
+        O_HTIMEOUT,
+        O_NOWEBUI
     };
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"host", required_argument, 0, O_HOST},
@@ -83,6 +85,7 @@ int cmd_serve(int argc, char **argv) {
                                          {"queue-timeout", required_argument, 0, O_QTIMEOUT},
                                          {"shutdown-timeout", required_argument, 0, O_STIMEOUT},
                                          {"header-timeout", required_argument, 0, O_HTIMEOUT},
+                                         {"no-webui", no_argument, 0, O_NOWEBUI},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     static srv_server S; /* reachable from every MHD/worker thread for the process lifetime */
@@ -120,6 +123,7 @@ int cmd_serve(int argc, char **argv) {
             ok = cli_parse_i32("--draft-block-size", optarg, 2, LS_SPEC_MAX_BLOCK, &v), cfg->block_size = v;
             break;
         case O_INEXACT: cfg->allow_inexact = true; break;
+        case O_NOWEBUI: cfg->no_webui = true; break;
         case O_TIMEOUT: ok = cli_parse_i32("--timeout", optarg, 1, 86400, &v), cfg->timeout_s = v; break;
         case O_ALIAS: cfg->alias = optarg; break;
         case O_QTIMEOUT: ok = cli_parse_i32("--queue-timeout", optarg, 1, 86400, &v), cfg->queue_timeout_s = v; break;
