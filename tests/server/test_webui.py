@@ -276,7 +276,9 @@ def test_streamed_answer_and_footer(driver):
 
 
 def test_stop_midway(driver):
-    n0 = n_answers(driver)
+    driver.find_element(By.ID, "new-chat").click()  # a fresh conversation: a known long answer
+    assert n_answers(driver) == 0 and driver.find_element(By.ID, "empty").is_displayed()
+    n0 = 0
     cancelled0 = metric("lockstep_requests_cancelled_total")
     settings(driver, max_tokens=1500)
     send(driver, "Count from 1 to 500, one number per line.")
@@ -331,13 +333,23 @@ def test_markdown_is_rendered_safely(driver):
 
 
 def test_screenshots(driver):
-    """Artifacts: the conversation so far (answers with their footers) at desktop and phone width."""
+    """Artifacts: the conversation so far (two stopped answers, then a finished one with its
+    footer) at desktop and phone width."""
+    n0 = n_answers(driver)
+    settings(driver, max_tokens=40)
+    send(driver, "Thanks. Now say hello in **bold**.")
+    _, state = watch_stream(driver, n0)
+    assert state == "done", last_answer(driver)
+    assert "tok/s" in last_answer(driver)[2]
     driver.set_window_size(1280, 900)
     driver.execute_script("document.getElementById('log').scrollTop = 1e9")
     time.sleep(0.3)
     screenshot(driver, "webui.png")
-    driver.set_window_size(390, 844)
+    # a phone's viewport (headless chromium windows are at least 500 px wide: emulate it)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
     time.sleep(0.3)
+    assert driver.execute_script("return window.innerWidth") == 390
     assert driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1"), \
         "the page scrolls sideways at phone width"
     for id_ in ("input", "send", "settings-toggle"):
@@ -346,7 +358,7 @@ def test_screenshots(driver):
     driver.execute_script("document.getElementById('log').scrollTop = 1e9")
     time.sleep(0.3)
     screenshot(driver, "webui-phone.png")
-    driver.set_window_size(1280, 900)
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 # ---- --api-key and --no-webui ----------------------------------------------------------

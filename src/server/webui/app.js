@@ -472,24 +472,25 @@
     return text;
   }
 
-  function buildRequest() {
+  function buildRequest(hist) {
     const messages = [];
     const sys = $('system').value.trim();
     if (sys) messages.push({ role: 'system', content: sys });
-    for (const m of history) messages.push(m);
-    const body = { messages, stream: true, stream_options: { include_usage: true } };
+    for (const m of hist) messages.push(m);
+    const req = { messages, stream: true, stream_options: { include_usage: true } };
     const temp = numberSetting('temperature', 0, 2, false);
     const max = numberSetting('max-tokens', 1, 1 << 24, true);
     const seed = numberSetting('seed', 0, Number.MAX_SAFE_INTEGER, true);
-    if (temp !== undefined) body.temperature = temp;
-    if (max !== undefined) body.max_tokens = max;
-    if (seed !== undefined) body.seed = seed;
-    return body;
+    if (temp !== undefined) req.temperature = temp;
+    if (max !== undefined) req.max_tokens = max;
+    if (seed !== undefined) req.seed = seed;
+    return req;
   }
 
   async function send(text) {
     if (busy || !text.trim()) return;
-    history.push({ role: 'user', content: text });
+    const hist = history; // New chat during this answer starts another one
+    hist.push({ role: 'user', content: text });
     addMessage('user', text);
     const msg = addMessage('assistant');
     const body = msg.querySelector('.body');
@@ -519,7 +520,7 @@
         res = await fetch('v1/chat/completions', {
           method: 'POST',
           headers: authHeaders(),
-          body: JSON.stringify(buildRequest()),
+          body: JSON.stringify(buildRequest(hist)),
           signal: state.ctrl.signal,
         });
         if (res.status !== 401 || attempt >= 3) break;
@@ -573,7 +574,8 @@
     }
     info.elapsed = performance.now() - start;
     render();
-    if (content) history.push({ role: 'assistant', content });
+    if (content) hist.push({ role: 'assistant', content });
+    else if (hist[hist.length - 1] && hist[hist.length - 1].role === 'user') hist.pop(); // no answer: not sent again
     msg.dataset.state = info.stopped ? 'stopped' : error ? 'error' : 'done';
     if (error) {
       msg.appendChild(el('div', 'error', error));
