@@ -9,8 +9,8 @@
 # $LOCKSTEP_ARTIFACT_DIR.
 #
 # chromium, chromium-driver (apt) and selenium (pip) are installed by scripts/setup.sh: when one
-# is missing this test FAILS, unless LOCKSTEP_SKIP_BROWSER=1 (then it is skipped, exit 77). It
-# is skipped (77) when the model is missing, like the other server tests.
+# is missing this test FAILS. LOCKSTEP_SKIP_BROWSER=1 skips it (exit 77, saying so; CI does not
+# set it). It is skipped (77) when the model is missing, like the other server tests.
 set -uo pipefail
 CLI=${LOCKSTEP_CLI:?}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +20,10 @@ CHROMIUM=${LOCKSTEP_CHROMIUM:-$(command -v chromium || true)}
 CHROMEDRIVER=${LOCKSTEP_CHROMEDRIVER:-$(command -v chromedriver || true)}
 ART=${LOCKSTEP_ARTIFACT_DIR:-$PWD}
 
+if [ "${LOCKSTEP_SKIP_BROWSER:-0}" = 1 ]; then
+  echo "skip: LOCKSTEP_SKIP_BROWSER=1: the chat page's browser test is not run"
+  exit 77
+fi
 if [ ! -f "$MODEL" ]; then echo "skip: model $MODEL not found (bash scripts/setup.sh)"; exit 77; fi
 missing=()
 [ -n "$CHROMIUM" ] && [ -x "$CHROMIUM" ] || missing+=("chromium (apt)")
@@ -27,10 +31,6 @@ missing=()
 "$PY" -c "import selenium" 2>/dev/null || missing+=("selenium (pip)")
 "$PY" -c "import pytest" 2>/dev/null || missing+=("pytest (pip)")
 if [ ${#missing[@]} -gt 0 ]; then
-  if [ "${LOCKSTEP_SKIP_BROWSER:-0}" = 1 ]; then
-    echo "skip: LOCKSTEP_SKIP_BROWSER=1 and the browser test needs: ${missing[*]}"
-    exit 77
-  fi
   echo "FAIL: the browser test needs ${missing[*]}: run bash scripts/setup.sh (or set LOCKSTEP_SKIP_BROWSER=1 to skip it)"
   exit 1
 fi
