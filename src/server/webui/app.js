@@ -353,17 +353,26 @@
   // ---- /health: model name, drafter and the exactness probe's verdict ----------------------
 
   let health = null;
+  let healthTimer = null;
 
   async function refreshHealth() {
+    let status = 'server not reachable';
     try {
       const res = await fetch('health', { cache: 'no-store' });
       const h = await res.json();
       if (res.ok && h && h.status === 'ok') health = h;
+      else if (h && h.status) status = h.status; // "loading model", "shutting down"
     } catch (e) {
       /* keep the last one */
     }
+    if (!health && !healthTimer) {
+      healthTimer = setTimeout(() => {
+        healthTimer = null;
+        refreshHealth();
+      }, 2000); // until the model is loaded
+    }
     const model = $('model');
-    model.textContent = health ? health.model + ' \u00b7 ' + health.backend : 'server not reachable';
+    model.textContent = health ? health.model + ' \u00b7 ' + health.backend : status;
     const badge = $('spec');
     const sp = health && health.speculation;
     if (sp && sp.drafter && sp.drafter !== 'none') {
