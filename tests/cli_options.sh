@@ -43,7 +43,7 @@ want[logits]="--model --prompt --file --tokens --mode --output --threads --ctx-s
 want[bench]="--model --threads --n-prompt --n-gen --reps --verify"
 want[probe]="--model --threads --draft-block-size --trace"
 want[serve]="--model --threads --ctx-size --batch-size --draft --model-draft --draft-block-size --allow-inexact --host
-  --port --parallel --api-key --timeout --alias --queue-timeout --shutdown-timeout --header-timeout"
+  --port --parallel --api-key --timeout --alias --queue-timeout --shutdown-timeout --header-timeout --no-webui"
 for c in $cmds; do
   exp=$(tr ' ' '\n' <<<"${want[$c]} $common" | grep . | sort)
   got=$(rows_of "$c" | cut -f1 | sort)

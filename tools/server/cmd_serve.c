@@ -56,6 +56,7 @@ static bool serve_config(int argc, char **argv, srv_config *cfg, int *rc) {
     cfg->queue_timeout_s = o.v[OPT_QUEUE_TIMEOUT].i;
     cfg->shutdown_timeout_s = o.v[OPT_SHUTDOWN_TIMEOUT].i;
     cfg->header_timeout_s = o.v[OPT_HEADER_TIMEOUT].i;
+    cfg->no_webui = o.v[OPT_NO_WEBUI].on;
     return true;
 }
 

@@ -30,6 +30,7 @@
 
 #include "http_framing.h"
 #include "server.h"
+#include "webui.h"
 
 enum { BODY_LIMIT = 8 << 20 };
 /* Connections held at once (plus 4 per slot), by libmicrohttpd and, separately, by the accept
@@ -267,6 +268,24 @@ static enum MHD_Result handle_health(srv_server *s, struct MHD_Connection *c) {
     cJSON_AddBoolToObject(sp, "allow_inexact", s->cfg.allow_inexact);
     pthread_mutex_unlock(&s->mu);
     return send_json(s, c, 200, o, 0);
+}
+
+/* The chat page's files (GET /, src/server/webui): embedded at build time, served without the
+ * API key (the page asks for it when the API answers 401). */
+static enum MHD_Result send_asset(srv_server *s, struct MHD_Connection *c, const ls_webui_asset *a) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", a->content_type);
+    MHD_add_response_header(r, "Content-Security-Policy", LS_WEBUI_CSP);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    if (t_conn.c == c) t_conn.responded = true;
+    count_status(s, 200);
+    return rc;
 }
 
 static enum MHD_Result handle_models(srv_server *s, struct MHD_Connection *c) {
@@ -697,6 +716,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!get && strcmp(method, "HEAD") != 0)
             return send_error(s, c, 405, "use GET for /health", NULL, "method_not_allowed");
         return handle_health(s, c);
+    }
+    const ls_webui_asset *asset = s->cfg.no_webui ? NULL : ls_webui_find(url);
+    if (asset) {
+        if (!get && strcmp(method, "HEAD") != 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "use GET for %.100s", url);
+            return send_error(s, c, 405, msg, NULL, "method_not_allowed");
+        }
+        return send_asset(s, c, asset);
     }
     static const struct {
         const char *path;

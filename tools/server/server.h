@@ -21,6 +21,7 @@ typedef struct srv_config {
     int header_timeout_s;   /* a connection must deliver its request (headers + body) within this */
     int shutdown_timeout_s; /* SIGTERM/SIGINT: grace for running generations */
     bool allow_inexact;
+    bool no_webui; /* --no-webui: no chat page at / (404 like any unknown path) */
 } srv_config;
 
 /* One request's life: created by the connection thread, run by a slot worker. Reference

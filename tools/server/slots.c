@@ -92,6 +92,7 @@ cJSON *srv_timings_json(const ls_gen_stats *st) {
     cJSON_AddNumberToObject(t, "predicted_per_second", st->decode_ms > 0 ? st->n_generated * 1e3 / st->decode_ms : 0);
     cJSON_AddNumberToObject(t, "draft_n", (double)st->proposed);
     cJSON_AddNumberToObject(t, "draft_n_accepted", (double)st->accepted);
+    cJSON_AddNumberToObject(t, "draft_n_checked", (double)st->checked); /* acceptance = accepted / checked */
     cJSON_AddNumberToObject(t, "max_step_ms", st->max_step_ms);
     return t;
 }
