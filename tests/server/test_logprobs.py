@@ -288,6 +288,28 @@ def test_identical(plain, spec):
     return ref
 
 
+def test_held_back_tail(srv, ref):
+    """A stream whose text ends with the start of a stop sequence (held back in case the rest
+    follows) sends that tail, with its tokens' logprobs, when generation ends by length."""
+    at = {c[0]: k for k, c in enumerate(cases())}
+    for chat in (False, True):
+        if chat:
+            body = {"messages": [{"role": "user", "content": CHAT_PROMPT}], "logprobs": True, "top_logprobs": TOP}
+            text = ref[at["chat stream=False T=0"]]["text"]
+        else:
+            body = {"prompt": STORY, "logprobs": TOP}
+            text = ref[at["completions stream=False T=0"]]["text"]
+        body.update(max_tokens=MAX_TOKENS, temperature=0, seed=7, stop=[text[-3:] + "\u0001"])
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        a = run(srv, path, dict(body, stream=False))
+        b = run(srv, path, dict(body, stream=True))
+        check(a["text"] == text, f"held-back tail: non-stream text {a['text'][-20:]!r} vs {text[-20:]!r}")
+        check(b["text"] == text, f"held-back tail (chat={chat}): stream text ends {b['text'][-20:]!r}, "
+                                 f"want {text[-20:]!r}")
+        check(a["logprobs"] == b["logprobs"], f"held-back tail (chat={chat}): stream logprobs differ")
+    print("held-back tail: streams send the text a stop prefix held back, with its logprobs", flush=True)
+
+
 def test_absent(srv):
     st, _, t = request(srv, "POST", "/v1/chat/completions",
                        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
@@ -397,6 +419,7 @@ def main():
         h = spec.wait_ready()
         check(h.get("speculation", {}).get("state") == "passed", f"spec server: speculation {h.get('speculation')}")
         ref = test_identical(plain, spec)
+        test_held_back_tail(plain, ref)
         test_absent(spec)
         test_errors(spec)
         test_errors(plain)
