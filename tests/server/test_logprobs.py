@@ -15,6 +15,7 @@ speculative server gets four at a time, so they share its forward steps) and che
   - bad values (top_logprobs 21, -1, 2.5, "3"; logprobs non-bool; top_logprobs without
     logprobs; completions logprobs 21, -1, true) get 400 with an OpenAI-style error, and the
     server keeps serving;
+  - a generation cut by --timeout has the logprobs of exactly its text;
   - through the official openai client's typed objects, when the package is installed (else
     those checks are skipped with a message; the raw-HTTP checks above always run).
 
@@ -54,8 +55,10 @@ class Server:
     def __init__(self, name, *args):
         self.name = name
         self.log = tempfile.NamedTemporaryFile(prefix=f"lockstep-lp-{name}.", suffix=".log", delete=False)
+        if "--timeout" not in args:
+            args += ("--timeout", "300")
         self.proc = subprocess.Popen([CLI, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0",
-                                      "-c", "2048", "--timeout", "300", *args],
+                                      "-c", "2048", *args],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.port = None
 
@@ -310,6 +313,29 @@ def test_held_back_tail(srv, ref):
     print("held-back tail: streams send the text a stop prefix held back, with its logprobs", flush=True)
 
 
+def test_deadline(srv):
+    """A generation cut by --timeout (1 s here) ends with finish_reason "length"; the token whose
+    text came after the deadline is in neither the text nor the logprobs."""
+    for chat in (False, True):
+        for stream in (False, True):
+            body = {"max_tokens": 1500, "temperature": 0.8, "seed": 3, "stream": stream, "ignore_eos": True}
+            if chat:
+                body.update(messages=[{"role": "user", "content": "Tell a long story."}], logprobs=True,
+                            top_logprobs=1)
+            else:
+                body.update(prompt=STORY, logprobs=1)
+            r = run(srv, "/v1/chat/completions" if chat else "/v1/completions", body)
+            what = f"deadline chat={chat} stream={stream}"
+            check(r["finish"] == "length", f"{what}: finish_reason {r['finish']}")
+            if chat:
+                joined = b"".join(bytes(e["bytes"]) for e in r["logprobs"]["content"])
+            else:
+                joined = b"".join(token_bytes(t) for t in r["logprobs"]["tokens"])
+            check(len(joined) > 0 and joined == r["text"].encode(),
+                  f"{what}: tokens {joined[-40:]!r} vs content {r['text'].encode()[-40:]!r}")
+    print("deadline: a generation cut by --timeout has the logprobs of exactly its text", flush=True)
+
+
 def test_absent(srv):
     st, _, t = request(srv, "POST", "/v1/chat/completions",
                        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
@@ -413,23 +439,26 @@ def main():
         return 2
     plain = Server("plain", "--parallel", "1", "-t", "1")
     spec = Server("spec", "--parallel", "2", "-t", "1", "--draft", "ngram")
+    short = Server("short", "--parallel", "1", "-t", "1", "--timeout", "1")
     ok = True
     try:
         plain.wait_ready()
+        short.wait_ready()
         h = spec.wait_ready()
         check(h.get("speculation", {}).get("state") == "passed", f"spec server: speculation {h.get('speculation')}")
         ref = test_identical(plain, spec)
         test_held_back_tail(plain, ref)
+        test_deadline(short)
         test_absent(spec)
         test_errors(spec)
         test_errors(plain)
         test_openai_client(plain, ref)
     except Exception as e:  # a crash is a failure, with the servers' logs
         check(False, f"{type(e).__name__}: {e}")
-        for s in (plain, spec):
+        for s in (plain, spec, short):
             print(f"--- {s.name} server log (tail) ---\n{s.text()[-3000:]}")
     finally:
-        for s in (plain, spec):
+        for s in (plain, spec, short):
             ok &= s.stop()
     if FAILS or not ok:
         print(f"{len(FAILS)} check(s) failed")

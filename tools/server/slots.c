@@ -277,6 +277,10 @@ static bool on_text(const char *text, size_t len, void *ud) {
             }
             if (j->text.hit) go = false;
         }
+    } else {
+        /* Refused (cancelled, shutdown, deadline): this text is not in the response, nor are
+         * the logprobs of the tokens it came from. */
+        while (j->n_lp > j->lp_sent && j->lp[j->n_lp - 1].off >= j->text.len) j->n_lp--;
     }
     pthread_mutex_unlock(&j->mu);
     return go;
