@@ -71,6 +71,10 @@ typedef struct {
 } ls_detok;
 int ls_detok_token(const ls_model *m, ls_detok *st, int32_t id, char *out, int cap);
 int ls_detok_finish(ls_detok *st, char *out, int cap);
+/* The bytes token `id` adds to generated text (what ls_detok_token emits for it, before the
+ * streaming detokenizer joins or replaces incomplete UTF-8; control tokens add nothing).
+ * Returns the byte count (may exceed cap: call again with a bigger buffer), -1 for a bad id. */
+int ls_token_text(const ls_model *m, int32_t id, char *buf, int cap);
 
 /* ---- sessions and forward passes ------------------------------------------------ */
 
@@ -216,6 +220,28 @@ typedef struct {
  * (err says why). */
 int ls_probe(ls_model *m, const ls_probe_params *p, bool *passed, char *msg, size_t msglen, char *err, size_t errlen);
 
+/* ---- log-probabilities ------------------------------------------------------------ */
+
+/* The model's own distribution at a position: the log-softmax of the raw logits row (before
+ * temperature, penalties, top-k/top-p/min-p), computed in a fixed order (docs/logprobs.md),
+ * so an identical row gives identical bits. */
+enum { LS_MAX_TOP_LOGPROBS = 20 };
+typedef struct {
+    int32_t id;
+    float logprob;
+} ls_logprob;
+typedef struct {
+    int32_t pos;   /* absolute position of the token (set by ls_generate; 0 from ls_logprobs) */
+    int32_t token; /* the token the logprob is for */
+    float logprob;
+    int32_t n_top;                       /* entries in top */
+    ls_logprob top[LS_MAX_TOP_LOGPROBS]; /* the n_top most likely tokens, most likely first; equal
+                                          * logits: lower id first */
+} ls_token_logprobs;
+/* Fills *out for `token` and the n_top (0..LS_MAX_TOP_LOGPROBS) most likely tokens of one
+ * logits row of n_vocab floats. LS_OK, or LS_ERR_ARG. Pure; allocates nothing. */
+int ls_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top, ls_token_logprobs *out);
+
 /* ---- generation ----------------------------------------------------------------- */
 
 typedef struct {
@@ -232,6 +258,13 @@ typedef struct {
     bool skip_probe;    /* tests only: do not run the start-up probe */
     /* Optional: called with every emitted token id, in order (before the text callback). */
     void (*on_token)(int32_t id, void *ud);
+    /* Optional: called with every emitted token's logprobs (ls_logprobs over the very logits
+     * row that chose it: a one-token decode row, or with a drafter the verify block's row,
+     * which is bitwise the same), right after on_token; with n_top_logprobs
+     * (0..LS_MAX_TOP_LOGPROBS) alternatives. Never called for a rejected draft, nor for an
+     * EOS that ends generation (it is not emitted). */
+    void (*on_logprobs)(const ls_token_logprobs *lp, void *ud);
+    int32_t n_top_logprobs;
     /* Optional: polled between prefill chunks and before every decode step or round; true
      * stops generation (stop_reason "cancelled"). */
     bool (*cancelled)(void *ud);

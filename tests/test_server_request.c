@@ -87,6 +87,55 @@ static void test_errors(void **state) {
     expect_error(LSR_COMPLETION, "{\"prompt\":\"\xc0\xaf\"}", 400, "prompt");     /* overlong */
 }
 
+/* logprobs (docs/logprobs.md): chat `logprobs` bool + `top_logprobs` 0..20 (needs logprobs
+ * true), completions `logprobs` int 0..20; null = absent. */
+static void test_logprobs_fields(void **state) {
+    (void)state;
+    ls_request r;
+    ls_req_error e;
+#define CHAT(x) "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" x "}"
+#define CMPL(x) "{\"prompt\":\"hi\"" x "}"
+    assert_int_equal(parse(LSR_CHAT, CHAT(""), &r, &e), 0);
+    assert_false(r.logprobs);
+    ls_request_free(&r);
+    assert_int_equal(parse(LSR_CHAT, CHAT(",\"logprobs\":true"), &r, &e), 0);
+    assert_true(r.logprobs);
+    assert_int_equal(r.top_logprobs, 0);
+    ls_request_free(&r);
+    assert_int_equal(parse(LSR_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":20"), &r, &e), 0);
+    assert_true(r.logprobs);
+    assert_int_equal(r.top_logprobs, 20);
+    ls_request_free(&r);
+    assert_int_equal(parse(LSR_CHAT, CHAT(",\"logprobs\":false,\"top_logprobs\":null"), &r, &e), 0);
+    assert_false(r.logprobs);
+    ls_request_free(&r);
+    assert_int_equal(parse(LSR_COMPLETION, CMPL(",\"logprobs\":5"), &r, &e), 0);
+    assert_true(r.logprobs);
+    assert_int_equal(r.top_logprobs, 5);
+    ls_request_free(&r);
+    assert_int_equal(parse(LSR_COMPLETION, CMPL(",\"logprobs\":0"), &r, &e), 0);
+    assert_true(r.logprobs);
+    assert_int_equal(r.top_logprobs, 0);
+    ls_request_free(&r);
+    assert_int_equal(parse(LSR_COMPLETION, CMPL(",\"logprobs\":null"), &r, &e), 0);
+    assert_false(r.logprobs);
+    ls_request_free(&r);
+    expect_error(LSR_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":21"), 400, "top_logprobs");
+    expect_error(LSR_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":-1"), 400, "top_logprobs");
+    expect_error(LSR_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":2.5"), 400, "top_logprobs");
+    expect_error(LSR_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":\"3\""), 400, "top_logprobs");
+    expect_error(LSR_CHAT, CHAT(",\"top_logprobs\":3"), 400, "top_logprobs");
+    expect_error(LSR_CHAT, CHAT(",\"logprobs\":false,\"top_logprobs\":0"), 400, "top_logprobs");
+    expect_error(LSR_CHAT, CHAT(",\"logprobs\":1"), 400, "logprobs");
+    expect_error(LSR_CHAT, CHAT(",\"logprobs\":\"true\""), 400, "logprobs");
+    expect_error(LSR_COMPLETION, CMPL(",\"logprobs\":21"), 400, "logprobs");
+    expect_error(LSR_COMPLETION, CMPL(",\"logprobs\":-1"), 400, "logprobs");
+    expect_error(LSR_COMPLETION, CMPL(",\"logprobs\":true"), 400, "logprobs");
+    expect_error(LSR_COMPLETION, CMPL(",\"logprobs\":1.5"), 400, "logprobs");
+#undef CHAT
+#undef CMPL
+}
+
 static void test_tokenize_parsers(void **state) {
     (void)state;
     ls_req_tokenize t;
@@ -312,6 +361,7 @@ int main(void) {
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_stop_across_chunks),
         cmocka_unit_test(test_stop_holds_back_only_prefixes),
+        cmocka_unit_test(test_logprobs_fields), /* docs/logprobs.md */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,9 +41,10 @@ typedef struct {
     bool done;
 } gen_state;
 
-/* Offer the token chosen for position pos. Returns false when generation ends (an EOG
- * token ends it without being emitted, like classic decoding). */
-static bool emit(gen_state *g, int32_t pos, int32_t tok) {
+/* Offer the token chosen for position pos from logits row `row` (the row that chose it: its
+ * logprobs come from exactly that row). Returns false when generation ends (an EOG token ends
+ * it without being emitted, like classic decoding). */
+static bool emit(gen_state *g, int32_t pos, int32_t tok, const float *row) {
     if (!g->gp->ignore_eos && ls_token_is_eog(g->m, tok)) {
         g->st->stop_reason = "eos";
         g->done = true;
@@ -52,6 +53,12 @@ static bool emit(gen_state *g, int32_t pos, int32_t tok) {
     g->hist[pos] = tok;
     g->st->n_generated++;
     if (g->gp->on_token) g->gp->on_token(tok, g->ud);
+    if (g->gp->on_logprobs) {
+        ls_token_logprobs lp;
+        ls_logprobs(row, g->n_vocab, tok, g->gp->n_top_logprobs, &lp); /* arguments checked by ls_generate */
+        lp.pos = pos;
+        g->gp->on_logprobs(&lp, g->ud);
+    }
     char text[256];
     int n = ls_detok_token(g->m, &g->dt, tok, text, sizeof text);
     if (n > 0 && g->cb && !g->cb(text, (size_t)n, g->ud)) {
@@ -100,7 +107,7 @@ static int prefill(gen_state *g, const int32_t *tokens, int32_t n, float *logits
 static int classic_loop(gen_state *g, float *logits, int32_t pos, char *err, size_t errlen) {
     for (;;) {
         int32_t tok = ls_sampler_sample(&g->s->sampler, &g->gp->sampling, logits, g->hist, pos);
-        if (!emit(g, pos, tok) || cancelled(g)) return LS_OK;
+        if (!emit(g, pos, tok, logits) || cancelled(g)) return LS_OK;
         int rc = eval(g, &tok, 1, 0, logits, err, errlen);
         if (rc != LS_OK) return rc;
         pos++;
@@ -134,7 +141,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
     int32_t drafts[LS_SPEC_MAX_BLOCK], block[LS_SPEC_MAX_BLOCK];
     /* First token after prefill: the classic sampler (the bonus). */
     int32_t tok = ls_sampler_sample(&g->s->sampler, &gp->sampling, logits_buf, g->hist, pos);
-    if (!emit(g, pos, tok)) return LS_OK;
+    if (!emit(g, pos, tok, logits_buf)) return LS_OK;
     int32_t n = pos + 1; /* hist[0..n): the last entry is the bonus, not yet run */
     for (;;) {
         if (cancelled(g)) return LS_OK;
@@ -159,10 +166,12 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         int32_t emitted = 0, accepted = 0, checked = nd;
         bool ended = false;
         for (int32_t j = 0; j <= nd; j++) {
-            int32_t c = choose(g, logits_buf + (int64_t)j * g->n_vocab, n + j, j < nd ? drafts[j] : -1);
+            const float *row = logits_buf + (int64_t)j * g->n_vocab;
+            int32_t c = choose(g, row, n + j, j < nd ? drafts[j] : -1);
             bool hit = j < nd && c == drafts[j];
             int32_t before = st->n_generated;
-            emit(g, n + j, c);
+            /* Row j chose c; the rows after a rejected draft are never looked at. */
+            emit(g, n + j, c, row);
             emitted += st->n_generated > before; /* an EOS that ends generation is not emitted */
             if (hit) {
                 accepted++;
@@ -229,6 +238,10 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
     if (n_prompt >= n_ctx) {
         snprintf(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, n_ctx);
         return LS_ERR_CONTEXT;
+    }
+    if (gp->on_logprobs && (gp->n_top_logprobs < 0 || gp->n_top_logprobs > LS_MAX_TOP_LOGPROBS)) {
+        snprintf(err, errlen, "top logprobs %d out of range [0, %d]", gp->n_top_logprobs, LS_MAX_TOP_LOGPROBS);
+        return LS_ERR_ARG;
     }
     bool spec = gp->drafter != NULL;
     if (spec && (gp->block_size < 2 || gp->block_size > LS_SPEC_MAX_BLOCK)) {

@@ -75,6 +75,10 @@ int ls_detok_token(const ls_model *m, ls_detok *st, int32_t id, char *out, int c
     return ls_detok_push(m->tok, (ls_detok_state *)st, id, false, out, cap);
 }
 
+int ls_token_text(const ls_model *m, int32_t id, char *buf, int cap) {
+    return ls_token_to_bytes(m->tok, id, false, buf, cap);
+}
+
 int ls_detok_finish(ls_detok *st, char *out, int cap) {
     return ls_detok_flush((ls_detok_state *)st, out, cap);
 }

@@ -397,6 +397,28 @@ static int parse_stop(const cJSON *root, ls_request *r, ls_req_error *err) {
     return 0;
 }
 
+/* Chat: `logprobs` a boolean, `top_logprobs` an integer 0..20 that needs `logprobs: true`
+ * (like OpenAI). Completions: `logprobs` an integer 0..20 (OpenAI allows 0..5), the number of
+ * alternatives per token. null = absent. */
+static int parse_logprobs(const cJSON *root, ls_request *r, ls_req_error *err) {
+    double d;
+    bool present = false;
+    if (r->kind == LSR_COMPLETION) {
+        if (get_int(root, "logprobs", 0, LSR_MAX_TOP_LOGPROBS, &present, &d, err)) return -1;
+        if (present) {
+            r->logprobs = true;
+            r->top_logprobs = (int32_t)d;
+        }
+        return 0;
+    }
+    if (get_bool(root, "logprobs", &r->logprobs, err)) return -1;
+    if (get_int(root, "top_logprobs", 0, LSR_MAX_TOP_LOGPROBS, &present, &d, err)) return -1;
+    if (present && !r->logprobs)
+        return ls_req_fail(err, 400, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs' to be true");
+    if (present) r->top_logprobs = (int32_t)d;
+    return 0;
+}
+
 int ls_req_parse(ls_req_kind kind, const char *json, size_t len, ls_request *out, ls_req_error *err) {
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
@@ -443,6 +465,7 @@ int ls_req_parse(ls_req_kind kind, const char *json, size_t len, ls_request *out
     if (get_bool(root, "stream", &out->stream, err)) goto done;
     /* llama-server's extension: generate up to max_tokens even past EOS (benchmarks). */
     if (get_bool(root, "ignore_eos", &out->ignore_eos, err)) goto done;
+    if (parse_logprobs(root, out, err)) goto done;
     const cJSON *so = field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) {

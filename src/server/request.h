@@ -17,9 +17,10 @@
 #include "lockstep.h"
 
 enum {
-    LSR_MAX_STOP = 4,         /* like OpenAI */
-    LSR_MAX_STOP_LEN = 256,   /* bytes per stop sequence */
-    LSR_MAX_TOKENS = 1 << 24, /* max_tokens upper bound (the context bounds it further) */
+    LSR_MAX_TOP_LOGPROBS = 20, /* like OpenAI's chat top_logprobs (= LS_MAX_TOP_LOGPROBS) */
+    LSR_MAX_STOP = 4,          /* like OpenAI */
+    LSR_MAX_STOP_LEN = 256,    /* bytes per stop sequence */
+    LSR_MAX_TOKENS = 1 << 24,  /* max_tokens upper bound (the context bounds it further) */
     LSR_MAX_MESSAGES = 4096,
 };
 
@@ -45,6 +46,10 @@ typedef struct {
     int n_stop;
     bool stream, include_usage;
     bool ignore_eos;
+    /* Log-probabilities (docs/logprobs.md): chat `logprobs: true` with `top_logprobs` 0..20
+     * (top_logprobs needs logprobs true); completions `logprobs: N`, N in 0..20. */
+    bool logprobs;
+    int32_t top_logprobs;
 } ls_request;
 
 typedef struct {

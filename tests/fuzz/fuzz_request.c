@@ -59,6 +59,8 @@ static void check_request(const ls_request *r) {
     CHECK(r->presence_penalty >= -2 && r->presence_penalty <= 2);
     CHECK(r->frequency_penalty >= -2 && r->frequency_penalty <= 2);
     CHECK(r->n_stop >= 0 && r->n_stop <= LSR_MAX_STOP);
+    CHECK(r->top_logprobs >= 0 && r->top_logprobs <= LSR_MAX_TOP_LOGPROBS);
+    CHECK(r->logprobs || r->top_logprobs == 0);
     for (int i = 0; i < r->n_stop; i++) {
         check_str(r->stop[i]);
         CHECK(r->stop[i][0] != 0 && strlen(r->stop[i]) <= LSR_MAX_STOP_LEN);

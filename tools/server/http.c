@@ -589,7 +589,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     } else {
         cJSON_AddStringToObject(ch, "text", out);
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddItemToObject(ch, "logprobs", srv_lp_json(s, j, 0, srv_lp_upto(j, j->text.len, true)));
     cJSON_AddStringToObject(ch, "finish_reason", j->finish_reason);
     cJSON_AddItemToObject(o, "usage", srv_usage_json(&j->stats));
     cJSON_AddItemToObject(o, "timings", srv_timings_json(&j->stats));

@@ -48,6 +48,11 @@ typedef struct srv_job {
     char errmsg[256];
     ls_gen_stats stats;
     const char *finish_reason;
+    /* Logprobs (req.logprobs; tools/server/logprobs.c): one entry per emitted token, with the
+     * byte offset of its text in the generated text; lp[0, lp_sent) were streamed already. */
+    struct srv_lp *lp;
+    int n_lp, cap_lp, lp_sent;
+    size_t lp_off; /* bytes of the emitted tokens' texts so far */
 } srv_job;
 
 typedef struct srv_slot {
@@ -112,6 +117,22 @@ struct cJSON *srv_chunk(const srv_server *s, const srv_job *j, const char *text,
 struct cJSON *srv_usage_json(const ls_gen_stats *st);
 struct cJSON *srv_timings_json(const ls_gen_stats *st);
 double srv_now_ms(void);
+
+/* logprobs.c */
+typedef struct srv_lp {
+    ls_token_logprobs lp;
+    size_t off; /* where the token's text starts in the generated text (bytes) */
+} srv_lp;
+/* Record one emitted token's logprobs (from gp.on_logprobs). */
+int srv_lp_add(srv_job *j, const ls_model *m, const ls_token_logprobs *lp); /* caller holds j->mu; -1: OOM */
+/* Entries that go with text[0, upto): offsets below upto; at the end of generation (final) with
+ * no stop sequence hit, every entry. Entries are in offset order, so this is a count. */
+int srv_lp_upto(const srv_job *j, size_t upto, bool final);
+/* choices[i].logprobs for entries [from, to): chat {"content": [...]}, completions {"tokens",
+ * "token_logprobs", "top_logprobs", "text_offset"}; JSON null when the request did not ask. */
+struct cJSON *srv_lp_json(const srv_server *s, const srv_job *j, int from, int to);
+/* Put `lp` (owned) as the logprobs of a chunk's (or response's) choice 0. */
+void srv_lp_set(struct cJSON *obj, struct cJSON *lp);
 
 /* http.c */
 int srv_http_start(srv_server *s, char *err, size_t errlen);

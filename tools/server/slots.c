@@ -39,6 +39,7 @@ void srv_job_release(srv_job *j) {
     ls_request_free(&j->req);
     free(j->prompt);
     free(j->out);
+    free(j->lp);
     ls_stop_free(&j->text);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
@@ -228,6 +229,32 @@ static void on_token(int32_t id, void *ud) {
     if (sl->n_hist < g->s->n_ctx) sl->cached[sl->n_hist++] = id;
 }
 
+/* Each emitted token's logprobs (the request asked for them), in emission order. */
+static void on_logprobs(const ls_token_logprobs *lp, void *ud) {
+    gen_ctx *g = ud;
+    srv_job *j = g->j;
+    pthread_mutex_lock(&j->mu);
+    if (srv_lp_add(j, g->s->model, lp) != 0 && !j->status) {
+        j->status = 500;
+        snprintf(j->errmsg, sizeof j->errmsg, "out of memory");
+        j->cancel = true;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* A streaming chunk for text[before, j->text.sent) with the logprobs of the tokens that start
+ * in text sent so far (final: all that are left). Caller holds j->mu. */
+static void stream_text(gen_ctx *g, size_t before, const char *finish, bool final) {
+    srv_job *j = g->j;
+    cJSON *c = srv_chunk(g->s, j, j->text.text ? j->text.text + before : "", j->text.sent - before, finish, false);
+    if (j->req.logprobs) {
+        int to = srv_lp_upto(j, j->text.sent, final);
+        srv_lp_set(c, srv_lp_json(g->s, j, j->lp_sent, to));
+        j->lp_sent = to;
+    }
+    srv_job_out_json(j, c);
+}
+
 /* The text callback: stop sequences, cancellation (client gone, shutdown), deadline. */
 static bool on_text(const char *text, size_t len, void *ud) {
     gen_ctx *g = ud;
@@ -246,11 +273,15 @@ static bool on_text(const char *text, size_t len, void *ud) {
             go = false;
         } else {
             if (j->req.stream && j->text.sent > before) {
-                srv_job_out_json(j, srv_chunk(g->s, j, j->text.text + before, j->text.sent - before, NULL, false));
+                stream_text(g, before, NULL, false);
                 pthread_cond_broadcast(&j->cv);
             }
             if (j->text.hit) go = false;
         }
+    } else {
+        /* Refused (cancelled, shutdown, deadline): this text is not in the response, nor are
+         * the logprobs of the tokens it came from. */
+        while (j->n_lp > j->lp_sent && j->lp[j->n_lp - 1].off >= j->text.len) j->n_lp--;
     }
     pthread_mutex_unlock(&j->mu);
     return go;
@@ -264,6 +295,31 @@ static bool job_cancelled(void *ud) {
     bool c = g->j->cancel || atomic_load(&g->s->abort_gen);
     pthread_mutex_unlock(&g->j->mu);
     return c;
+}
+
+/* A finished request into the server's counters (/metrics, /health). */
+static void count_job(srv_server *s, bool drafted, int rc, const ls_gen_stats *st, bool cancelled) {
+    pthread_mutex_lock(&s->mu);
+    s->prompt_tokens += (unsigned long long)st->n_prompt;
+    s->prompt_tokens_cached += (unsigned long long)st->n_prompt_cached;
+    s->generated_tokens += (unsigned long long)st->n_generated;
+    if (cancelled) s->cancelled++;
+    if (drafted && rc == LS_OK) {
+        s->spec_requests++;
+        s->spec_rounds += (unsigned long long)st->verify_rounds; /* plain steps are not verify blocks */
+        s->spec_drafted += (unsigned long long)st->proposed;
+        s->spec_accepted += (unsigned long long)st->accepted;
+        for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++) {
+            s->spec_accepted_at[i] += (unsigned long long)st->accepted_at[i];
+            s->spec_proposed_at[i] += (unsigned long long)st->proposed_at[i];
+        }
+        if (st->spec_declined) {
+            s->spec_declined++;
+            snprintf(s->spec_state, sizeof s->spec_state, "declined");
+            snprintf(s->spec_detail, sizeof s->spec_detail, "%s (last request)", st->spec_declined);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void run_job(srv_slot *slot, srv_job *j) {
@@ -292,6 +348,10 @@ static void run_job(srv_slot *slot, srv_job *j) {
     gp.cancelled = job_cancelled;
     gp.ignore_eos = r->ignore_eos;
     gp.on_token = on_token;
+    if (r->logprobs) {
+        gp.on_logprobs = on_logprobs;
+        gp.n_top_logprobs = r->top_logprobs;
+    }
     /* Prefix reuse: the longest common prefix with what this slot's cache holds. */
     int32_t common = 0;
     while (common < slot->n_cached && common < j->n_prompt && slot->cached[common] == j->prompt[common]) common++;
@@ -325,27 +385,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
     pthread_mutex_lock(&j->mu);
     bool cancelled = j->cancel || atomic_load(&s->abort_gen);
     pthread_mutex_unlock(&j->mu);
-    pthread_mutex_lock(&s->mu);
-    s->prompt_tokens += (unsigned long long)st.n_prompt;
-    s->prompt_tokens_cached += (unsigned long long)st.n_prompt_cached;
-    s->generated_tokens += (unsigned long long)st.n_generated;
-    if (cancelled) s->cancelled++;
-    if (gp.drafter && rc == LS_OK) {
-        s->spec_requests++;
-        s->spec_rounds += (unsigned long long)st.verify_rounds; /* plain steps are not verify blocks */
-        s->spec_drafted += (unsigned long long)st.proposed;
-        s->spec_accepted += (unsigned long long)st.accepted;
-        for (int i = 0; i < LS_SPEC_MAX_BLOCK; i++) {
-            s->spec_accepted_at[i] += (unsigned long long)st.accepted_at[i];
-            s->spec_proposed_at[i] += (unsigned long long)st.proposed_at[i];
-        }
-        if (st.spec_declined) {
-            s->spec_declined++;
-            snprintf(s->spec_state, sizeof s->spec_state, "declined");
-            snprintf(s->spec_detail, sizeof s->spec_detail, "%s (last request)", st.spec_declined);
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
+    count_job(s, gp.drafter != NULL, rc, &st, cancelled);
 
     pthread_mutex_lock(&j->mu);
     j->stats = st;
@@ -353,6 +393,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
         j->status = skip ? 503 : 500;
         snprintf(j->errmsg, sizeof j->errmsg, "%.200s", err);
     }
+    size_t held = j->text.sent; /* streamed so far */
     if (!j->text.hit) ls_stop_finish(&j->text);
     const char *sr = st.stop_reason ? st.stop_reason : "length";
     j->finish_reason = j->text.hit || !strcmp(sr, "eos") ? "stop" : "length";
@@ -361,7 +402,13 @@ static void run_job(srv_slot *slot, srv_job *j) {
         if (j->status) {
             stream_error(j, NULL);
         } else {
+            if (j->text.sent > held) stream_text(&g, held, NULL, true);
             cJSON *fin = srv_chunk(s, j, NULL, 0, j->finish_reason, false);
+            if (j->req.logprobs && j->lp_sent < srv_lp_upto(j, j->text.sent, true)) {
+                int to = srv_lp_upto(j, j->text.sent, true);
+                srv_lp_set(fin, srv_lp_json(s, j, j->lp_sent, to));
+                j->lp_sent = to;
+            }
             cJSON_AddItemToObject(fin, "timings", srv_timings_json(&st));
             srv_job_out_json(j, fin);
             if (j->req.include_usage) {
