@@ -406,11 +406,18 @@ __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
 
 typedef void (*part_fn)(Params);
 
-/* The decode variant: at most 2 query vectors a tile (a one-row call with groups of 1 or
- * 2 heads), so more keys in flight per warp (memory latency is what decode waits on). */
-constexpr int QR_SMALL = 2;
+/* The decode variant: at most 4 query vectors a tile (a one-row call with groups of up
+ * to 4 heads: Gemma 3 270M / 27B, Gemma 4 31B's sliding layers), and a small body: a
+ * decode step launches this once per layer among ~15 other kernels, so its code is
+ * fetched cold each time, and the general variant's fully unrolled body (51 KB of SASS at
+ * hd 256) cost more than its arithmetic (ncu, H200: 15 us a call over 10 keys). Keys in
+ * flight per warp: 8 for hd <= 128, 2 above (29 KB at hd 256). */
+#ifndef LS_ATTN_QR_SMALL
+#define LS_ATTN_QR_SMALL 4
+#endif
+constexpr int QR_SMALL = LS_ATTN_QR_SMALL;
 __host__ __device__ constexpr int uk_for(int E, int QR) {
-    return QR <= QR_SMALL ? (E <= 8 ? 8 : 4) : (E > 12 ? 2 : 4);
+    return QR <= QR_SMALL ? (QR_SMALL <= 2 ? (E <= 8 ? 8 : 4) : (E <= 4 ? 8 : 2)) : (E > 12 ? 2 : 4);
 }
 
 template <typename KT, int QR> part_fn part_kernel_q(int E) {
