@@ -317,6 +317,16 @@ struct CudaBackend {
     size_t attn_bytes;
     void *mm_scratch; /* quantized activations of the integer matmul (mmq.cu) */
     size_t mm_bytes;
+    /* Activation reuse (cu_matmul): op_seq counts every operation that may touch device
+     * memory; mm_last is the input the scratch holds after the last integer matmul, valid
+     * while no other operation came after it. */
+    uint64_t op_seq;
+    struct {
+        const float *x;
+        int64_t m, k;
+        int layout;
+        uint64_t seq;
+    } mm_last;
     bool graphs;  /* ls_backend_graphs() at creation */
     bool in_step; /* between step_begin and step_end */
     int64_t step_key;
@@ -392,6 +402,7 @@ void upload_slot(const Slot &s) {
 
 /* Runs an op's launch now, or records it (and its signature) while a step is recorded. */
 void run_op(CudaBackend *c, uint64_t op_sig, std::function<void()> launch) {
+    c->op_seq++;
     if (c->recording) {
         c->sig = mix_v(c->sig, op_sig);
         c->rec.push_back(std::move(launch));
@@ -429,6 +440,7 @@ void cu_release(ls_backend *be, void *buf) {
 void cu_upload(ls_backend *be, void *dst, const void *src_host, size_t bytes) {
     CudaBackend *c = impl_of(be);
     no_step(c, "upload");
+    c->op_seq++;
     if (!bytes) return;
     {
         QueueLock q;
@@ -554,17 +566,29 @@ ls_weight translate(const ls_weight *w) {
     return d;
 }
 
+/* Consecutive integer matmuls on the same input (q / k / v, gate / up) quantize it once:
+ * the second and third find the scratch holding it (nothing ran in between) and skip the
+ * quantization launch (cuda_matmul.h, ls_cuda_matmul_ex). Decided while the step is
+ * recorded, in op order, so replaying the step's graph makes the same choice. */
 void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, float *y) {
     if (m <= 0) return;
     CudaBackend *c = impl_of(be);
     const ls_weight d = translate(w);
+    const int layout = ls_cuda_mmq_act_key(&d);
+    const bool one_pass = layout >= 0 && ls_cuda_mmq_single_pass(m, d.cols, c->mm_bytes);
+    const int ready = one_pass && c->mm_last.seq == c->op_seq && c->mm_last.x == x && c->mm_last.m == m &&
+                      c->mm_last.k == d.cols && c->mm_last.layout == layout;
     uint64_t h = mix_weight(0x6d6d756cull, d); /* "mmul" */
-    h = mix_v(mix_v(mix_v(h, x), m), y);
-    run_op(c, h, [c, d, x, m, y, w] {
-        if (ls_cuda_matmul(g_stream, &d, x, m, y, c->mm_scratch, c->mm_bytes) != 0)
+    h = mix_v(mix_v(mix_v(mix_v(h, x), m), y), ready);
+    run_op(c, h, [c, d, x, m, y, w, ready] {
+        if (ls_cuda_matmul_ex(g_stream, &d, x, m, y, c->mm_scratch, c->mm_bytes, ready) != 0)
             LSC_FATAL("matmul: weight type %s (%d), %lld x %lld, unsupported by the CUDA matmul",
                       ls_type_name(w->type), (int)w->type, (long long)w->rows, (long long)w->cols);
     });
+    if (one_pass)
+        c->mm_last = {x, m, d.cols, layout, c->op_seq};
+    else
+        c->mm_last.seq = 0; /* op_seq is >= 1 after any op: never matches */
 }
 
 void cu_get_rows(ls_backend *be, const ls_weight *table, const int32_t *ids, int64_t n, float *dst) {
@@ -709,6 +733,7 @@ void cu_step_begin(ls_backend *be, int64_t key) {
     CudaBackend *c = impl_of(be);
     no_step(c, "step_begin");
     c->in_step = true;
+    c->op_seq++; /* a step's matmuls decide activation reuse from its own ops only */
     c->step_key = key;
     if (!c->graphs) return;
     {
@@ -750,6 +775,7 @@ void cu_step_end(ls_backend *be) {
     CudaBackend *c = impl_of(be);
     if (!c->in_step) LSC_FATAL("step_end without step_begin");
     c->in_step = false;
+    c->op_seq++;
     if (!c->graphs) return;
     c->recording = false;
     if (c->rec.empty()) return;

@@ -40,6 +40,14 @@ extern "C" {
  * scratch cannot hold one row (nothing launched). m == 0 launches nothing and returns 0. */
 int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
                    size_t scratch_bytes);
+/* The same with act_ready: for an integer-path weight whose call fits in one pass
+ * (ls_cuda_mmq_single_pass), nonzero means the scratch already holds exactly these m rows
+ * of x quantized for this weight's layout (ls_cuda_mmq_act_key) by the previous call on the
+ * stream, and x has not changed since: the quantization launch is skipped. Ignored for
+ * other weights. A backend tracks this for consecutive matmuls on one input (q / k / v,
+ * gate / up); the bits are the same either way. */
+int ls_cuda_matmul_ex(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
+                      size_t scratch_bytes, int act_ready);
 
 /* The integer-dot matmul (mmq.cu): its dispatch key for w, -1 when w takes the f32 kernel;
  * the scratch it needs for `rows` activation rows of `cols` elements; the call itself. */
@@ -47,6 +55,13 @@ int ls_cuda_mmq_key(const ls_weight *w);
 size_t ls_cuda_mmq_scratch_bytes(int64_t rows, int64_t cols);
 int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
                 size_t scratch_bytes);
+int ls_cuda_mmq_ex(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
+                   size_t scratch_bytes, int act_ready);
+/* Which quantized-activation layout w's integer path reads (0 or 1; weights with the same
+ * value read the same scratch bytes for the same x), -1 when w takes the f32 kernel; and
+ * whether `rows` rows of `cols` fit in one pass of the scratch. */
+int ls_cuda_mmq_act_key(const ls_weight *w);
+int ls_cuda_mmq_single_pass(int64_t rows, int64_t cols, size_t scratch_bytes);
 /* Tests only: which of mmq.cu's two kernels (same bits by construction) serves a call:
  * 0 = by shape (the default), 1 = the dp4a kernel always, 2 = the tensor-core tiles
  * always. Returns the previous policy, -1 for a bad value. Process-wide. */

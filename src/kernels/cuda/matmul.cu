@@ -397,7 +397,12 @@ extern "C" int ls_cuda_matmul_supported(const ls_weight *w) {
 
 extern "C" int ls_cuda_matmul(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
                               size_t scratch_bytes) {
-    if (ls_cuda_mmq_key(w) >= 0) return ls_cuda_mmq(st, w, x, m, y, scratch, scratch_bytes);
+    return ls_cuda_matmul_ex(st, w, x, m, y, scratch, scratch_bytes, 0);
+}
+
+extern "C" int ls_cuda_matmul_ex(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y,
+                                 void *scratch, size_t scratch_bytes, int act_ready) {
+    if (ls_cuda_mmq_key(w) >= 0) return ls_cuda_mmq_ex(st, w, x, m, y, scratch, scratch_bytes, act_ready);
     Ctx c;
     const int key = ls::q::mm_prepare(w, c);
     if (key < 0 || m < 0 || (m > 0 && (!x || !y)) || ((uintptr_t)x % 4) != 0) return -1;

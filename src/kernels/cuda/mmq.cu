@@ -562,7 +562,8 @@ size_t rows_bytes(int64_t rows, int64_t K) {
 }
 
 template <class T>
-int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y, void *scratch, size_t scratch_bytes) {
+int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y, void *scratch, size_t scratch_bytes,
+           bool act_ready) {
     c.nch = (int)(c.K / (QB * T::XB));
     c.kw = kw_of(c.nch);
     const int64_t bn = WR * (WARPS / c.kw); /* weight rows per block */
@@ -577,7 +578,10 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
         const int64_t quads = mr * c.K / 4;
         const int64_t qblocks = (quads + 255) / 256;
         if (qblocks > 0x7fffffff) return -1;
-        if ((uintptr_t)x % 16 == 0)
+        if (act_ready && mr == M) {
+            /* the scratch already holds these rows, quantized for this layout (the caller's
+             * promise, ls_cuda_mmq_act_key) */
+        } else if ((uintptr_t)x % 16 == 0)
             quant_x_kernel<T::IL, true><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
         else
             quant_x_kernel<T::IL, false><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
@@ -631,8 +635,25 @@ extern "C" size_t ls_cuda_mmq_scratch_bytes(int64_t rows, int64_t cols) {
     return rows_bytes(rows, (cols + QB - 1) / QB * QB);
 }
 
+extern "C" int ls_cuda_mmq_act_key(const ls_weight *w) {
+    switch (ls_cuda_mmq_key(w)) {
+    case -1: return -1;
+    case 104: return 1; /* QMlx4::IL: the planes in nibble order */
+    default: return 0;
+    }
+}
+
+extern "C" int ls_cuda_mmq_single_pass(int64_t rows, int64_t cols, size_t scratch_bytes) {
+    return rows > 0 && cols % QB == 0 && rows_bytes(rows, cols) <= scratch_bytes;
+}
+
 extern "C" int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
                            size_t scratch_bytes) {
+    return ls_cuda_mmq_ex(st, w, x, m, y, scratch, scratch_bytes, 0);
+}
+
+extern "C" int ls_cuda_mmq_ex(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
+                              size_t scratch_bytes, int act_ready) {
     Ctx c;
     const int key = ls_cuda_mmq_key(w);
     if (key < 0 || ls::q::mm_prepare(w, c) < 0 || m < 0 || (m > 0 && (!x || !y)) || ((uintptr_t)x % 4) != 0)
@@ -640,15 +661,15 @@ extern "C" int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, 
     if (m == 0) return 0;
     if (!scratch || (uintptr_t)scratch % 16 != 0) return -1;
     switch (key) {
-    case 104: return launch<QMlx4>(st, key, c, x, m, y, scratch, scratch_bytes);
-    case 108: return launch<QMlx8>(st, key, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q4_0: return launch<QQ4_0>(st, key, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q4_1: return launch<QQ4_1>(st, key, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q5_0: return launch<QQ5_0>(st, key, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q5_1: return launch<QQ5_1>(st, key, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q8_0: return launch<QQ8_0>(st, key, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q4_K: return launch<QQ4_K>(st, key, c, x, m, y, scratch, scratch_bytes);
-    case LS_TYPE_Q6_K: return launch<QQ6_K>(st, key, c, x, m, y, scratch, scratch_bytes);
+    case 104: return launch<QMlx4>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    case 108: return launch<QMlx8>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    case LS_TYPE_Q4_0: return launch<QQ4_0>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    case LS_TYPE_Q4_1: return launch<QQ4_1>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    case LS_TYPE_Q5_0: return launch<QQ5_0>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    case LS_TYPE_Q5_1: return launch<QQ5_1>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    case LS_TYPE_Q8_0: return launch<QQ8_0>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    case LS_TYPE_Q4_K: return launch<QQ4_K>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    case LS_TYPE_Q6_K: return launch<QQ6_K>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
     default: return -1;
     }
 }
