@@ -204,6 +204,8 @@ def stream_one(port, prompt, max_tokens, ignore_eos, timeout=600):
             if r.status != 200:
                 raise RuntimeError("HTTP %d: %s" % (r.status, r.read()[:300]))
             ttft = None
+            last = None
+            gaps = []  # seconds between consecutive text chunks (inter-token latency as seen)
             usage = None
             predicted_n = None
             text_chunks = 0
@@ -231,8 +233,12 @@ def stream_one(port, prompt, max_tokens, ignore_eos, timeout=600):
                 for ch in o.get("choices") or []:
                     if ch.get("text"):
                         text_chunks += 1
+                        now = time.perf_counter()
                         if ttft is None:
-                            ttft = time.perf_counter() - t0
+                            ttft = now - t0
+                        else:
+                            gaps.append(now - last)
+                        last = now
             total = time.perf_counter() - t0
         finally:
             conn.close()
@@ -244,7 +250,7 @@ def stream_one(port, prompt, max_tokens, ignore_eos, timeout=600):
             n = predicted_n
         else:
             n = text_chunks
-        return (ttft if ttft is not None else total), total, n
+        return (ttft if ttft is not None else total), total, n, gaps
     raise RuntimeError("503 retries exhausted")
 
 
@@ -292,8 +298,10 @@ def measure(port, clients, n_requests, max_tokens, ignore_eos):
     results, wall = run_clients(port, clients, n_requests, max_tokens, ignore_eos)
     ttfts = sorted(r[0] for r in results)
     tokens = sum(r[2] for r in results)
+    gaps = sorted(g for r in results for g in r[3]) or [0.0]
     return {"tok_s": tokens / wall, "tokens": tokens, "wall_s": wall, "requests": len(results),
-            "ttft_p50_ms": pct(ttfts, 50) * 1e3, "ttft_p99_ms": pct(ttfts, 99) * 1e3}
+            "ttft_p50_ms": pct(ttfts, 50) * 1e3, "ttft_p99_ms": pct(ttfts, 99) * 1e3,
+            "itl_p50_ms": pct(gaps, 50) * 1e3, "itl_p99_ms": pct(gaps, 99) * 1e3}
 
 
 def parallel_for(policy, clients):
@@ -312,6 +320,8 @@ def lockstep_cmd(a, port, slots):
            "--parallel", str(slots), "-c", str(a.ctx)]
     if a.threads > 0:
         cmd += ["-t", str(a.threads)]
+    if a.spec:
+        cmd += ["--draft", "ngram", "--draft-block-size", str(a.spec_k)]
     return cmd
 
 
@@ -328,6 +338,8 @@ def llama_server_cmd(a, help_text, port, slots):
         cmd += ["--no-webui"]
     if a.threads > 0:
         cmd += ["-t", str(a.threads)]
+    if a.spec:
+        cmd += ["--spec-type", "ngram-simple", "--spec-draft-n-max", str(a.spec_k)]
     return cmd
 
 
@@ -359,9 +371,10 @@ def run_server(name, cmd, port, a, clients, n_requests):
 
 def fmt_row(server, slots, clients, r):
     if "error" in r:
-        return "| %s | %d | %d | failed: %s | | | | |" % (server, slots, clients, r["error"].splitlines()[0][:120])
-    return "| %s | %d | %d | %.1f | %.0f | %.0f | %d | %.2f |" % (
-        server, slots, clients, r["tok_s"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["tokens"], r["wall_s"])
+        return "| %s | %d | %d | failed: %s | | | | | |" % (server, slots, clients, r["error"].splitlines()[0][:120])
+    return "| %s | %d | %d | %.1f | %.0f | %.0f | %.1f | %d | %.2f |" % (
+        server, slots, clients, r["tok_s"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["itl_p99_ms"], r["tokens"],
+        r["wall_s"])
 
 
 def main():
@@ -383,6 +396,10 @@ def main():
     ap.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (outputs may stop early)")
     ap.add_argument("--startup-timeout", type=int, default=300, help="seconds to wait for GET /health == 200")
     ap.add_argument("--json", metavar="OUT", help="write the numbers as JSON")
+    ap.add_argument("--spec", action="store_true",
+                    help="n-gram drafting on both: lockstep --draft ngram --draft-block-size K, llama-server "
+                         "--spec-type ngram-simple --spec-draft-n-max K")
+    ap.add_argument("--spec-k", type=int, default=4, help="draft tokens per round with --spec (default 4)")
     a = ap.parse_args()
 
     try:
@@ -438,6 +455,8 @@ def main():
           "ignore_eos %s; per-slot ctx %d"
           % (cpu_name(), os.cpu_count(), "; GPU " + gpu if gpu else "", a.device,
              a.threads if a.threads > 0 else "server default", a.max_tokens, not a.no_ignore_eos, a.ctx))
+    print("n-gram drafting: %s" % ("on, %d tokens a round (lockstep --draft ngram; llama-server --spec-type "
+                                   "ngram-simple)" % a.spec_k if a.spec else "off"))
     print("lockstep: %s" % (ls_ver or "?"))
     if not a.no_llama:
         print("llama-server: %s" % (ll_ver or "?"))
@@ -448,8 +467,8 @@ def main():
         print()
         print("clients = %d (%d requests)" % (c, level_runs[0]["requests"]))
         print()
-        print("| server | slots | clients | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | tokens | wall s |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| server | slots | clients | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | ITL p99 ms | tokens | wall s |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for n in sorted(set(r["slots"] for r in level_runs)):
             by = {r["server"]: r for r in level_runs if r["slots"] == n}
             for name in ("lockstep", "llama-server"):
@@ -460,7 +479,7 @@ def main():
                 ratio = ls["tok_s"] / ll["tok_s"]
                 ratios.append({"clients": c, "slots": n, "lockstep_tok_s": ls["tok_s"],
                                "llama_server_tok_s": ll["tok_s"], "ratio": ratio})
-                print("| **lockstep / llama-server** | %d | %d | **%.2fx** | | | | |" % (n, c, ratio))
+                print("| **lockstep / llama-server** | %d | %d | **%.2fx** | | | | | |" % (n, c, ratio))
 
     print()
     print("command lines:")
