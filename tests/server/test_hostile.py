@@ -438,6 +438,15 @@ def test_dribbled_request_is_bounded(name, first, rest, n_before):
     assert_serving()
 
 
+def test_first_request_deadline_counts_from_the_connection():
+    # request line and header lines dribbled every 0.05 s: the line is complete after ~1.1 s,
+    # but the deadline stays --header-timeout from the connection (not from the line's end)
+    buf, took = _dribble(b"", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200, interval=0.05)
+    assert buf == b"" and took is not None, buf[-300:]
+    assert HEADER_TIMEOUT - 0.5 <= took <= HEADER_TIMEOUT + 0.8, took
+    assert_serving()
+
+
 def test_kept_alive_connection_idle_timeout():
     # after a response the next request has --header-timeout (not --timeout): an idle
     # kept-alive connection is closed quietly
