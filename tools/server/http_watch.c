@@ -56,8 +56,8 @@ static void *watch_main(void *arg) {
             }
         }
         g_w.wake_at = next;
-        struct timespec ts = {.tv_sec = (time_t)(next / 1e3),
-                              .tv_nsec = (long)((next / 1e3 - (time_t)(next / 1e3)) * 1e9)};
+        long long ns = (long long)(next * 1e6); /* srv_now_ms is CLOCK_MONOTONIC in ms */
+        struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
         pthread_cond_timedwait(&g_w.cv, &g_w.mu, &ts);
     }
     pthread_mutex_unlock(&g_w.mu);
