@@ -15,7 +15,10 @@ their own suite, tests/server/test_shutdown.py):
   after a good request: exactly one response, 400 (413 / 414 / 431 / 501 / 505 where stated)
   with a JSON error body, connection closed after it;
 - idle connections (500 sockets) do not lock others out; a request that does not arrive within
-  --header-timeout is closed; a queued request past --queue-timeout gets 503;
+  --header-timeout is closed, also when its request line, header lines or body are dribbled a
+  byte at a time (an absolute deadline, for a kept-alive connection's next request too); a
+  queued request past --queue-timeout gets 503;
+- a NUL byte in a header value: the documented behaviour (the value is cut, the request served);
 - U+0000 in JSON strings (escaped or raw) refused with 400; duplicate JSON keys: the last wins;
 - Authorization scheme case-insensitive; HEAD /health; a system-only chat; content: null; a
   10000-deep JSON names the nesting limit;
@@ -24,6 +27,7 @@ After every case a normal request (/health, an authorized /tokenize) is answered
 """
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -374,6 +378,92 @@ def test_request_line_dribble_is_bounded():
     finally:
         s.close()
     assert closed and time.time() - t0 <= HEADER_TIMEOUT + 5
+
+
+def _dribble(first, rest, interval=0.4, limit=None):
+    """Send `first`, then `rest` one byte every `interval` s (each byte well inside the idle
+    timeout) until the server answers or closes. Returns (bytes read, seconds from the first
+    byte to the close; None when still open after `limit` s)."""
+    limit = HEADER_TIMEOUT + 6 if limit is None else limit
+    s = connect(timeout=limit + 5)
+    t0 = time.time()
+    buf = b""
+    try:
+        s.sendall(first)
+        for ch in rest:
+            r, _, _ = select.select([s], [], [], interval)
+            if r or time.time() - t0 > limit:
+                break
+            try:
+                s.sendall(bytes([ch]))
+            except (BrokenPipeError, ConnectionResetError):
+                return buf, time.time() - t0
+        s.settimeout(max(0.5, limit - (time.time() - t0)))
+        while True:
+            try:
+                c = s.recv(65536)
+            except socket.timeout:
+                return buf, None
+            except ConnectionResetError:
+                return buf, time.time() - t0
+            if not c:
+                return buf, time.time() - t0
+            buf += c
+    finally:
+        s.close()
+
+
+DRIBBLE = [
+    # (name, sent at once, then one byte at a time, responses before the close)
+    ("header_lines", b"GET /health HTTP/1.1\r\n", b"Host: x\r\nX-Slow: " + b"a" * 100, 0),
+    ("body", b"POST /tokenize HTTP/1.1\r\nHost: x\r\n" + AUTH + b"Content-Length: 100\r\n\r\n", b"a" * 100, 0),
+    ("chunked_body", b"POST /tokenize HTTP/1.1\r\nHost: x\r\n" + AUTH + b"Transfer-Encoding: chunked\r\n\r\n",
+     b"1\r\na\r\n" * 30, 0),
+    ("after_a_good_request", GOOD + b"GET /health HTTP/1.1\r\n", b"Host: x\r\nX-Slow: " + b"a" * 100, 1),
+]
+
+
+@pytest.mark.parametrize("name,first,rest,n_before", DRIBBLE, ids=[c[0] for c in DRIBBLE])
+def test_dribbled_request_is_bounded(name, first, rest, n_before):
+    # header lines or a body sent one byte every 0.4 s (the idle timeout never fires): the
+    # request must still be complete within --header-timeout, else the connection is closed
+    # without an answer (docs/server_http.md); a kept-alive connection's next request has
+    # --header-timeout from the end of the previous response
+    buf, took = _dribble(first, rest)
+    assert took is not None, (name, buf[-300:])
+    assert took <= HEADER_TIMEOUT + 1.5, (name, took)
+    resps = parse_responses(buf)
+    assert len(resps) == n_before, (name, resps)
+    assert all(r[0] == 200 for r in resps), resps
+    assert_serving()
+
+
+def test_first_request_deadline_counts_from_the_connection():
+    # request line and header lines dribbled every 0.05 s: the line is complete after ~1.1 s,
+    # but the deadline stays --header-timeout from the connection (not from the line's end)
+    buf, took = _dribble(b"", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200, interval=0.05)
+    assert buf == b"" and took is not None, buf[-300:]
+    assert HEADER_TIMEOUT - 0.5 <= took <= HEADER_TIMEOUT + 0.8, took
+    assert_serving()
+
+
+def test_kept_alive_connection_idle_timeout():
+    # after a response the next request has --header-timeout (not --timeout): an idle
+    # kept-alive connection is closed quietly
+    buf, took = _dribble(GOOD, b"", limit=HEADER_TIMEOUT + 6)
+    assert took is not None and took <= HEADER_TIMEOUT + 1.5, took
+    assert [r[0] for r in parse_responses(buf)] == [200]
+
+
+def test_nul_in_header_value():
+    # libmicrohttpd keeps header values as C strings: a NUL byte cuts the value there and the
+    # rest of the line is dropped (docs/server_http.md says why this is not refused); the
+    # request is otherwise served, and the bytes after the NUL never count as a header
+    buf, closed = exchange(b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\nConnection: close\r\n\r\n")
+    assert closed
+    resps = parse_responses(buf)
+    assert len(resps) == 1 and resps[0][0] == 200, resps
+    assert_serving()
 
 
 def _open_stream(body):

@@ -107,8 +107,8 @@ const cli_opt cli_opt_table[] = {
      "up to S seconds (default 10), then end them with finish_reason \"length\" and exit 0; a second "
      "signal exits at once"},
     {OPT_HEADER_TIMEOUT, "--header-timeout", {0}, OPT_T_INT, "S", 1, DAY, SRV, false,
-     "a connection must send its whole request within S seconds of going quiet, or it is closed "
-     "(default 10)"},
+     "a connection must send its whole request (line, headers, body) within S seconds of connecting "
+     "or of its previous response, or it is closed (default 10)"},
     {OPT_NO_WEBUI, "--no-webui", {0}, OPT_T_FLAG, NULL, 0, 0, SRV, false,
      "no chat page at / (by default GET / serves it, embedded in the binary; docs/webui.md)"},
     {OPT_DEVICE, "--device", {0}, OPT_T_ENUM, "cpu|cuda|auto", 0, 0, ALL, true,

@@ -29,6 +29,7 @@
 #include <microhttpd.h>
 
 #include "http_framing.h"
+#include "http_watch.h"
 #include "server.h"
 #include "webui.h"
 
@@ -599,6 +600,26 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
 
 /* ---- dispatch -------------------------------------------------------------------- */
 
+/* The receive deadline of a connection (http_watch.h), kept in its socket context. */
+static srv_watch *conn_watch(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection starts (its first request's deadline comes from
+ * the accept loop) or is about to close its socket. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? srv_watch_open((int)ci->connect_fd) : NULL;
+    } else {
+        srv_watch_close(*socket_context);
+        *socket_context = NULL;
+    }
+}
+
 typedef struct {
     ls_http_fields f;
     char te[256]; /* Transfer-Encoding values joined */
@@ -703,8 +724,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cc->too_large)
         return send_error_ex(s, c, 413, "request body too large (limit 8 MiB)", NULL, "request_too_large", true);
     /* The whole request is in: from now on the connection may stay quiet as long as a
-     * generation may run (--timeout); until now it had --header-timeout (daemon default), so
-     * idle or slow clients cannot hold connections for long. */
+     * generation may run (--timeout); until now it had --header-timeout (daemon default, and
+     * the total deadline of http_watch.h), so idle or slow clients cannot hold connections. */
+    if (!srv_watch_disarm(conn_watch(c))) return MHD_NO; /* too late: the socket is shut */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.timeout_s);
     if (!cc->body) {
         cc->body = calloc(1, 1);
@@ -764,9 +786,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)toe;
     srv_server *s = cls;
-    if (t_conn.c == c) t_conn.responded = false; /* a next request on this connection may follow */
+    if (t_conn.c == c) t_conn.responded = false;      /* a next request on this connection may follow */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) { /* it has --header-timeout to arrive whole */
+        srv_watch_rearm(conn_watch(c));
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.header_timeout_s);
+    }
     conn_ctx *cc = *con_cls;
     if (cc) {
         free(cc->body);
@@ -909,9 +934,12 @@ static void pend_step(pend *p, uint32_t events) {
     case LS_HTTP_LINE_OK: {
         set_rcvlowat(p->fd, 1);
         int fd = p->fd;
+        srv_watch_handoff(fd, p->deadline_ms, false); /* the whole request: same deadline */
         pend_drop(p, false);
         /* on failure (e.g. libmicrohttpd's connection cap) it closes the socket */
-        MHD_add_connection(g_daemon, fd, p->addrlen ? (const struct sockaddr *)&p->addr : NULL, p->addrlen);
+        if (MHD_add_connection(g_daemon, fd, p->addrlen ? (const struct sockaddr *)&p->addr : NULL, p->addrlen) !=
+            MHD_YES)
+            srv_watch_handoff(fd, 0, true);
         return;
     }
     case LS_HTTP_LINE_BAD:
@@ -1044,15 +1072,22 @@ static int listen_on(srv_server *s, char *err, size_t errlen) {
 int srv_http_start(srv_server *s, char *err, size_t errlen) {
     g_srv = s;
     raise_nofile();
-    if (s->cfg.port >= 0 && listen_on(s, err, errlen) != 0) return -1;
+    if (srv_watch_start(s->cfg.header_timeout_s) != 0) {
+        snprintf(err, errlen, "cannot start the request deadline thread");
+        return -1;
+    }
+    if (s->cfg.port >= 0 && listen_on(s, err, errlen) != 0) {
+        srv_watch_stop();
+        return -1;
+    }
     /* MHD_USE_POLL: connection threads poll() (select() cannot watch descriptors >= 1024) */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
     unsigned cap = (unsigned)(LS_SRV_MAX_CONNECTIONS + 4 * s->cfg.parallel);
-    g_daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                                MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                                (unsigned)s->cfg.header_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cap,
-                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    g_daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_URI_LOG_CALLBACK,
+        on_uri, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.header_timeout_s, MHD_OPTION_CONNECTION_LIMIT, cap,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     g_acc.cap = (int)cap;
     if (!g_daemon || pipe2(g_acc.cmd, O_CLOEXEC | O_NONBLOCK) != 0 || (g_acc.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
         snprintf(err, errlen, "cannot start the HTTP server (%s)", strerror(errno));
@@ -1097,6 +1132,7 @@ void srv_http_stop(srv_server *s) {
     }
     if (g_daemon) MHD_stop_daemon(g_daemon);
     g_daemon = NULL;
+    srv_watch_stop();
     if (g_acc.listen_fd >= 0) close(g_acc.listen_fd);
     for (int i = 0; i < 2; i++) {
         if (g_acc.cmd[i] >= 0) close(g_acc.cmd[i]);
