@@ -45,6 +45,9 @@ typedef struct {
     int n_stop;
     bool stream, include_usage;
     bool ignore_eos;
+    /* Structured output (response_format json_object / json_schema, json_schema): owned,
+     * NULL when the output is free text. */
+    ls_grammar *grammar;
 } ls_request;
 
 typedef struct {

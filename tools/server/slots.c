@@ -292,6 +292,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
     gp.cancelled = job_cancelled;
     gp.ignore_eos = r->ignore_eos;
     gp.on_token = on_token;
+    gp.grammar = r->grammar;
     /* Prefix reuse: the longest common prefix with what this slot's cache holds. */
     int32_t common = 0;
     while (common < slot->n_cached && common < j->n_prompt && slot->cached[common] == j->prompt[common]) common++;
