@@ -14,7 +14,7 @@
 
 #include "lockstep.h"
 
-enum { LS_GRAMMAR_MAX_DEPTH = 32, LS_GRAMMAR_MAX_WS = 2 };
+enum { LS_GRAMMAR_MAX_DEPTH = 32, LS_GRAMMAR_MAX_WS = 1 };
 
 typedef struct {
     uint16_t node;

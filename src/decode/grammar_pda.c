@@ -12,7 +12,7 @@ enum { O_OPEN, O_BEGIN, O_KEY, O_COLON, O_VALUE, O_AFTER, O_NEXT };
 enum { A_OPEN, A_BEGIN, A_AFTER, A_NEXT };
 enum { S_OPEN, S_BODY, S_ESC, S_HEX, S_UTF };
 enum { N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
-enum { MAX_INT_DIGITS = 16, MAX_FRAC_DIGITS = 16, MAX_EXP_DIGITS = 3 };
+enum { MAX_INT_DIGITS = 15, MAX_FRAC_DIGITS = 9, MAX_EXP_DIGITS = 3 };
 
 static bool is_ws(uint8_t b) {
     return b == ' ' || b == '\n' || b == '\t';
