@@ -253,7 +253,9 @@ static int grammar_setup(gen_state *g, char *err, size_t errlen) {
     if (!g->gr) return LS_OK;
     g->gv = ls_gvocab_of_model(g->m);
     if (g->gv) {
-        g->allow = malloc((size_t)g->n_vocab);
+        /* Sized for both the rows and the tokenizer: entries past the tokenizer stay 0 (never allowed). */
+        int32_t nv = ls_gvocab_n_vocab(g->gv);
+        g->allow = calloc((size_t)(nv > g->n_vocab ? nv : g->n_vocab), 1);
         g->walk = malloc(sizeof(ls_gstate) * (size_t)(ls_gvocab_max_len(g->gv) + 1));
     }
     if (!g->gv || !g->allow || !g->walk) {

@@ -74,6 +74,7 @@ void ls_gvocab_free(ls_gvocab *v);
 /* The model's vocabulary, built on first use and kept with the model (thread-safe). */
 const ls_gvocab *ls_gvocab_of_model(const ls_model *m);
 int32_t ls_gvocab_max_len(const ls_gvocab *v);
+int32_t ls_gvocab_n_vocab(const ls_gvocab *v);
 
 void ls_gstate_init(const ls_grammar *g, ls_gstate *s);
 /* Feed bytes; false (state unchanged) if one is not allowed. */

@@ -128,7 +128,7 @@ static int step_array(const ls_grammar *g, ls_gstate *s, ls_gframe *f, const ls_
         return push(g, s, n->child) ? R_AGAIN : R_REJ;
     case A_NEXT:
         if (ws) return R_WS;
-        f->idx++;
+        if (f->idx < UINT16_MAX) f->idx++; /* saturates: only bounds up to 65535 are compared */
         f->phase = A_AFTER;
         return push(g, s, n->child) ? R_AGAIN : R_REJ;
     default: /* A_AFTER */

@@ -136,6 +136,10 @@ int32_t ls_gvocab_max_len(const ls_gvocab *v) {
     return v->max_len;
 }
 
+int32_t ls_gvocab_n_vocab(const ls_gvocab *v) {
+    return v->n_vocab;
+}
+
 static ls_gvocab *model_vocab(const ls_model *m) {
     int32_t n = ls_tokenizer_n_vocab(m->tok);
     char **bytes = calloc((size_t)n, sizeof(char *));
