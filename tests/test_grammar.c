@@ -130,11 +130,54 @@ static void test_mask_tiny_vocab(void **st) {
     ls_gvocab_free(v);
 }
 
+/* On the default model's 262k-token vocabulary: the mask (trie walk, and inside strings the
+ * plain-text fast path) equals feeding every token on its own, at states of every kind. */
+static void test_mask_model_vocab(void **st) {
+    (void)st;
+    const char *path = getenv("LOCKSTEP_MODEL");
+    ls_model *m = NULL;
+    char err[256];
+    if (!path || ls_model_open(path, &m, err, sizeof err) != LS_OK) skip();
+    const ls_gvocab *v = ls_gvocab_of_model(m);
+    assert_non_null(v);
+    int32_t nv = ls_gvocab_n_vocab(v);
+    uint8_t *allow = malloc((size_t)nv);
+    ls_gstate *walk = malloc(sizeof(ls_gstate) * (size_t)(ls_gvocab_max_len(v) + 1));
+    ls_grammar *g = compile(person, err, sizeof err);
+    const char *prefixes[] = {"",
+                              "{\"name\":\"",
+                              "{\"name\":\"ab",
+                              "{\"name\":\"abcd",
+                              "{\"name\":\"\xc3",
+                              "{\"name\":\"a\\",
+                              "{\"name\":\"a\",\"age\":1",
+                              "{\"name\":\"a\",\"age\":1}"};
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
+        ls_gstate s;
+        ls_gstate_init(g, &s);
+        assert_true(ls_gstate_feed(g, &s, prefixes[p], strlen(prefixes[p])));
+        int32_t count = ls_grammar_mask(g, v, &s, walk, allow), want = 0;
+        for (int32_t t = 0; t < nv; t++) {
+            ls_gstate c = s;
+            bool ok = ls_token_is_eog(m, t) ? ls_gstate_accepting(g, &s)
+                                            : ls_gstate_feed_token(g, v, &c, t) && memcmp(&c, &s, sizeof c) != 0;
+            if (ok != (allow[t] != 0)) fail_msg("prefix '%s' token %d: mask %d, feed %d", prefixes[p], t, allow[t], ok);
+            want += ok;
+        }
+        assert_int_equal(count, want);
+    }
+    ls_grammar_free(g);
+    free(walk);
+    free(allow);
+    ls_model_close(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compile_errors),
         cmocka_unit_test(test_automaton),
         cmocka_unit_test(test_mask_tiny_vocab),
+        cmocka_unit_test(test_mask_model_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

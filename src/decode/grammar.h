@@ -81,6 +81,9 @@ void ls_gstate_init(const ls_grammar *g, ls_gstate *s);
 bool ls_gstate_feed(const ls_grammar *g, ls_gstate *s, const char *bytes, size_t n);
 /* The text so far is a complete value (end of generation allowed). */
 bool ls_gstate_accepting(const ls_grammar *g, const ls_gstate *s);
+/* Inside a string's text (not in an escape or a UTF-8 sequence): the characters it may still
+ * take (-1: no bound); -2 elsewhere. */
+int64_t ls_gstate_string_room(const ls_grammar *g, const ls_gstate *s);
 /* One byte, in place (s is garbage after false): the mask's trie walk works on copies. */
 bool ls_gstate_step(const ls_grammar *g, ls_gstate *s, uint8_t b);
 /* Advance by a token's bytes (an end-of-generation token leaves the state as it is). */

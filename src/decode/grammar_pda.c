@@ -335,6 +335,14 @@ bool ls_gstate_feed(const ls_grammar *g, ls_gstate *s, const char *bytes, size_t
     return true;
 }
 
+int64_t ls_gstate_string_room(const ls_grammar *g, const ls_gstate *s) {
+    if (s->depth == 0) return -2;
+    const ls_gframe *f = &s->f[s->depth - 1];
+    const ls_gnode *n = &g->nodes[f->node];
+    if (n->kind != GN_STRING || f->phase != S_BODY) return -2;
+    return n->max < 0 ? -1 : n->max - (int64_t)f->len;
+}
+
 bool ls_gstate_accepting(const ls_grammar *g, const ls_gstate *s) {
     if (s->depth == 0) return true;
     if (s->depth > 1) return false;

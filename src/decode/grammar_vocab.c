@@ -17,15 +17,24 @@ typedef struct {
     int32_t tok;    /* a token spelled by the path here (more in next_same), or -1 */
 } tnode;
 
+typedef struct {
+    tnode *nodes;
+    int32_t n_nodes;
+    int32_t *next_same; /* [n_vocab] */
+} trie;
+
 struct ls_gvocab {
     int32_t n_vocab, max_len;
     uint32_t *off, *len; /* [n_vocab] token bytes in `bytes` */
     uint8_t *bytes;
-    int32_t *next_same; /* [n_vocab] */
-    int32_t *eog;       /* end-of-generation tokens */
+    int32_t *eog; /* end-of-generation tokens */
     int32_t n_eog;
-    tnode *nodes;
-    int32_t n_nodes;
+    trie all;
+    /* Inside a string: the tokens that are string text (complete UTF-8, no quote, backslash
+     * or control byte) only add characters; `rest` is the trie of the others. */
+    int32_t *plain, n_plain; /* token ids */
+    uint32_t *plain_chars;   /* [n_plain] their characters */
+    trie rest;
 };
 
 enum { MAX_TOKEN_BYTES = 1024 };
@@ -43,7 +52,7 @@ static int cmp_tok(const void *a, const void *b) {
 }
 
 /* Preorder trie over the sorted non-empty tokens. */
-static bool build_trie(ls_gvocab *v, int32_t *ids, int32_t n) {
+static bool build_trie(ls_gvocab *v, trie *tr, int32_t *ids, int32_t n) {
     static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&sort_mu);
     sort_vocab = v;
@@ -51,14 +60,16 @@ static bool build_trie(ls_gvocab *v, int32_t *ids, int32_t n) {
     pthread_mutex_unlock(&sort_mu);
     size_t total = 1;
     for (int32_t i = 0; i < n; i++) total += v->len[ids[i]];
-    v->nodes = malloc(sizeof(tnode) * total);
+    tr->nodes = malloc(sizeof(tnode) * total);
+    tr->next_same = malloc(sizeof(int32_t) * (size_t)v->n_vocab);
     int32_t *path = malloc(sizeof(int32_t) * (MAX_TOKEN_BYTES + 1));
-    if (!v->nodes || !path) {
+    if (!tr->nodes || !tr->next_same || !path) {
         free(path);
         return false;
     }
-    v->nodes[0] = (tnode){0, 0, 0, -1};
-    v->n_nodes = 1;
+    tnode *nodes = tr->nodes;
+    nodes[0] = (tnode){0, 0, 0, -1};
+    tr->n_nodes = 1;
     path[0] = 0;
     int32_t open = 0; /* depth of the deepest open node on the path */
     for (int32_t i = 0; i < n; i++) {
@@ -70,18 +81,80 @@ static bool build_trie(ls_gvocab *v, int32_t *ids, int32_t n) {
             const uint8_t *pb = v->bytes + v->off[p];
             while (lcp < len && lcp < v->len[p] && pb[lcp] == b[lcp]) lcp++;
         }
-        for (; open > (int32_t)lcp; open--) v->nodes[path[open]].size = (uint32_t)(v->n_nodes - path[open]);
+        for (; open > (int32_t)lcp; open--) nodes[path[open]].size = (uint32_t)(tr->n_nodes - path[open]);
         for (uint32_t d = lcp; d < len; d++) {
-            path[++open] = v->n_nodes;
-            v->nodes[v->n_nodes++] = (tnode){b[d], (uint16_t)(d + 1), 0, -1};
+            path[++open] = tr->n_nodes;
+            nodes[tr->n_nodes++] = (tnode){b[d], (uint16_t)(d + 1), 0, -1};
         }
-        tnode *end = &v->nodes[path[len]];
-        v->next_same[t] = end->tok;
+        tnode *end = &nodes[path[len]];
+        tr->next_same[t] = end->tok;
         end->tok = t;
     }
-    for (; open >= 0; open--) v->nodes[path[open]].size = (uint32_t)(v->n_nodes - path[open]);
+    for (; open >= 0; open--) nodes[path[open]].size = (uint32_t)(tr->n_nodes - path[open]);
     free(path);
     return true;
+}
+
+/* One UTF-8 sequence of n bytes at b is valid by the string frame's rules (grammar_pda.c):
+ * no overlongs, surrogates or code points above U+10FFFF. */
+static bool utf8_seq_ok(const uint8_t *b, uint32_t n) {
+    uint8_t c = b[0], lo = 0x80, hi = 0xBF;
+    if (n == 2 && !(c >= 0xC2 && c <= 0xDF)) return false;
+    if (n == 3) {
+        if (c < 0xE0 || c > 0xEF) return false;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    }
+    if (n == 4) {
+        if (c < 0xF0 || c > 0xF4) return false;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    }
+    if (b[1] < lo || b[1] > hi) return false;
+    for (uint32_t i = 2; i < n; i++)
+        if (b[i] < 0x80 || b[i] > 0xBF) return false;
+    return true;
+}
+
+/* Characters of a token that is plain string text, or -1 (a quote, a backslash, a control
+ * byte, or incomplete / invalid UTF-8). */
+static int64_t plain_chars(const uint8_t *b, uint32_t n) {
+    int64_t chars = 0;
+    for (uint32_t i = 0; i < n; chars++) {
+        uint8_t c = b[i];
+        if (c < 0x80) {
+            if (c < 0x20 || c == '"' || c == '\\') return -1;
+            i++;
+            continue;
+        }
+        uint32_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        if (i + need > n || !utf8_seq_ok(b + i, need)) return -1;
+        i += need;
+    }
+    return chars;
+}
+
+/* Split the tokens of the full trie into plain string text and the rest (trie `rest`). */
+static bool build_plain(ls_gvocab *v, const int32_t *ids, int32_t n) {
+    v->plain = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    v->plain_chars = malloc(sizeof(uint32_t) * (size_t)(n ? n : 1));
+    int32_t *rest = malloc(sizeof(int32_t) * (size_t)(n ? n : 1)), m = 0;
+    if (!v->plain || !v->plain_chars || !rest) {
+        free(rest);
+        return false;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int64_t c = plain_chars(v->bytes + v->off[ids[i]], v->len[ids[i]]);
+        if (c > 0) {
+            v->plain[v->n_plain] = ids[i];
+            v->plain_chars[v->n_plain++] = (uint32_t)c;
+        } else {
+            rest[m++] = ids[i];
+        }
+    }
+    bool ok = build_trie(v, &v->rest, rest, m);
+    free(rest);
+    return ok;
 }
 
 ls_gvocab *ls_gvocab_new(int32_t n, const char *const *bytes, const size_t *lens, const bool *eog) {
@@ -93,10 +166,9 @@ ls_gvocab *ls_gvocab_new(int32_t n, const char *const *bytes, const size_t *lens
     v->off = malloc(sizeof(uint32_t) * (size_t)n);
     v->len = malloc(sizeof(uint32_t) * (size_t)n);
     v->bytes = malloc(total + 1);
-    v->next_same = malloc(sizeof(int32_t) * (size_t)n);
     v->eog = malloc(sizeof(int32_t) * (size_t)n);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
-    bool ok = v->off && v->len && v->bytes && v->next_same && v->eog && ids;
+    bool ok = v->off && v->len && v->bytes && v->eog && ids;
     int32_t m = 0;
     size_t o = 0;
     for (int32_t i = 0; ok && i < n; i++) {
@@ -105,14 +177,13 @@ ls_gvocab *ls_gvocab_new(int32_t n, const char *const *bytes, const size_t *lens
         v->len[i] = (uint32_t)l;
         if (l) memcpy(v->bytes + o, bytes[i], l);
         o += l;
-        v->next_same[i] = -1;
         if (eog[i])
             v->eog[v->n_eog++] = i;
         else if (l)
             ids[m++] = i;
         if ((int32_t)l > v->max_len) v->max_len = (int32_t)l;
     }
-    ok = ok && build_trie(v, ids, m);
+    ok = ok && build_trie(v, &v->all, ids, m) && build_plain(v, ids, m);
     free(ids);
     if (!ok) {
         ls_gvocab_free(v);
@@ -126,9 +197,13 @@ void ls_gvocab_free(ls_gvocab *v) {
     free(v->off);
     free(v->len);
     free(v->bytes);
-    free(v->next_same);
     free(v->eog);
-    free(v->nodes);
+    free(v->all.nodes);
+    free(v->all.next_same);
+    free(v->rest.nodes);
+    free(v->rest.next_same);
+    free(v->plain);
+    free(v->plain_chars);
     free(v);
 }
 
@@ -184,21 +259,37 @@ static void copy_state(ls_gstate *dst, const ls_gstate *src) {
     memcpy(dst->f, src->f, sizeof(ls_gframe) * (size_t)src->depth);
 }
 
-int32_t ls_grammar_mask(const ls_grammar *g, const ls_gvocab *v, const ls_gstate *s, ls_gstate *scratch,
-                        uint8_t *allow) {
-    memset(allow, 0, (size_t)v->n_vocab);
+static int32_t walk(const ls_grammar *g, const trie *tr, const ls_gstate *s, ls_gstate *scratch, uint8_t *allow) {
     int32_t n = 0;
     copy_state(&scratch[0], s);
-    for (int32_t i = 1; i < v->n_nodes;) {
-        const tnode *t = &v->nodes[i];
+    for (int32_t i = 1; i < tr->n_nodes;) {
+        const tnode *t = &tr->nodes[i];
         ls_gstate *st = &scratch[t->depth];
         copy_state(st, &scratch[t->depth - 1]);
         if (!ls_gstate_step(g, st, t->byte)) {
             i += (int32_t)t->size;
             continue;
         }
-        for (int32_t k = t->tok; k >= 0; k = v->next_same[k], n++) allow[k] = 1;
+        for (int32_t k = t->tok; k >= 0; k = tr->next_same[k], n++) allow[k] = 1;
         i++;
+    }
+    return n;
+}
+
+int32_t ls_grammar_mask(const ls_grammar *g, const ls_gvocab *v, const ls_gstate *s, ls_gstate *scratch,
+                        uint8_t *allow) {
+    memset(allow, 0, (size_t)v->n_vocab);
+    int32_t n = 0;
+    int64_t room = ls_gstate_string_room(g, s);
+    if (room == -2) {
+        n = walk(g, &v->all, s, scratch, allow);
+    } else { /* inside a string: plain text tokens by their length, the trie for the rest */
+        for (int32_t i = 0; i < v->n_plain; i++)
+            if (room < 0 || v->plain_chars[i] <= room) {
+                allow[v->plain[i]] = 1;
+                n++;
+            }
+        n += walk(g, &v->rest, s, scratch, allow);
     }
     if (ls_gstate_accepting(g, s))
         for (int32_t i = 0; i < v->n_eog; i++, n++) allow[v->eog[i]] = 1;
