@@ -164,11 +164,17 @@ def requests():
     return out
 
 
+DRAFTS = {"checked": 0, "accepted": 0}  # over the non-streaming answers
+
+
 def content_of(status, text, stream):
     """(content, finish_reason) of a chat completion, streaming or not."""
     assert status == 200, (status, text[:500])
     if not stream:
-        ch = json.loads(text)["choices"][0]
+        body = json.loads(text)
+        DRAFTS["checked"] += body["timings"]["draft_n_checked"]
+        DRAFTS["accepted"] += body["timings"]["draft_n_accepted"]
+        ch = body["choices"][0]
         return ch["message"]["content"], ch["finish_reason"]
     parts, finish = [], None
     for block in text.split("\n\n"):
@@ -244,6 +250,7 @@ def test_structured_output():
     for key, _, _ in reqs[:3]:
         print("  %s: %s" % (key, got[key][0]))
     spec = Server("--parallel", "4", "-c", "4096", "--draft", "ngram")
+    DRAFTS.update(checked=0, accepted=0)
     try:
         got2 = run_all(spec, reqs)
         assert spec.call("GET", "/health")[0] == 200
@@ -251,4 +258,7 @@ def test_structured_output():
         assert spec.stop() == 0
     diff = [k for k, _, _ in reqs if got2[k] != got[k]]
     assert not diff, "--draft ngram changed %s: %r vs %r" % (diff, got[diff[0]], got2[diff[0]])
-    print("--draft ngram: %d answers byte-identical (%.1f s)" % (len(reqs), time.monotonic() - t1))
+    # the drafter did take part: some drafts were checked, some accepted
+    assert DRAFTS["checked"] > 0 and DRAFTS["accepted"] > 0, DRAFTS
+    print("--draft ngram: %d answers byte-identical (%.1f s; drafts accepted/checked %d/%d)" %
+          (len(reqs), time.monotonic() - t1, DRAFTS["accepted"], DRAFTS["checked"]))
