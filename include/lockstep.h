@@ -242,6 +242,18 @@ typedef struct {
  * logits row of n_vocab floats. LS_OK, or LS_ERR_ARG. Pure; allocates nothing. */
 int ls_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top, ls_token_logprobs *out);
 
+/* ---- structured output (docs/structured_output.md) ------------------------------- */
+
+/* A compiled constraint: generation emits only text the grammar accepts, and ends (EOS) only
+ * where the text is a complete value. Immutable once compiled: shareable by threads. */
+typedef struct ls_grammar ls_grammar;
+/* A JSON schema (its JSON text). NULL with err naming the unsupported keyword and its JSON
+ * pointer ("unsupported keyword 'pattern' at #/properties/name"), or the problem. */
+ls_grammar *ls_grammar_json_schema(const char *schema, size_t len, char *err, size_t errlen);
+/* Any JSON object (OpenAI's response_format json_object). */
+ls_grammar *ls_grammar_json_object(char *err, size_t errlen);
+void ls_grammar_free(ls_grammar *g);
+
 /* ---- generation ----------------------------------------------------------------- */
 
 typedef struct {
@@ -275,6 +287,8 @@ typedef struct {
      * have dropped needed keys: then everything is prefilled). The result is bit-identical
      * either way: a row's bits do not depend on how the prompt was chunked. */
     int32_t n_reuse;
+    /* Optional: constrain the output to this grammar (token mask per position). */
+    const ls_grammar *grammar;
 } ls_gen_params;
 ls_gen_params ls_gen_default_params(void);
 
@@ -307,6 +321,9 @@ typedef struct {
     /* Longest forward step that served this generation (with a batcher, a shared step):
      * head-of-line stalls show here. */
     double max_step_ms;
+    /* Structured output: token masks computed and the time spent on them. */
+    int64_t grammar_masks;
+    double grammar_ms;
 } ls_gen_stats;
 /* One line of key=value pairs (acceptance_rate, emitted_per_verify, ...) into buf. */
 int ls_gen_stats_format(const ls_gen_stats *st, char *buf, size_t cap);

@@ -22,9 +22,10 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 # Python packages the server tests use (the official OpenAI client; Selenium drives chromium in
-# the chat page's test) and the reference scripts.
-python3 -c "import pytest, openai, selenium" 2>/dev/null || python3 -m pip install -q pytest openai selenium \
-  || python3 -m pip install -q --break-system-packages pytest openai selenium
+# the chat page's test; jsonschema validates structured output) and the reference scripts.
+python3 -c "import pytest, openai, selenium, jsonschema" 2>/dev/null \
+  || python3 -m pip install -q pytest openai selenium jsonschema \
+  || python3 -m pip install -q --break-system-packages pytest openai selenium jsonschema
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/lockstep"
 MODEL="$CACHE/gemma-3-270m-q4_k_m.gguf"

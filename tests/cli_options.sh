@@ -35,7 +35,8 @@ spellings_of() { rows_of "$1" | awk -F'\t' '{ print $1; if ($2 != "-") { n = spl
 common="--device --isa --no-cuda-graphs --no-probe-cache --verbose --help"
 declare -A want
 want[run]="--model --prompt --file --n-predict --threads --ctx-size --batch-size --chat --temp --top-k --top-p
-  --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --seed --ignore-eos --stats --draft
+  --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --seed --ignore-eos --json-schema
+  --json-schema-file --stats --draft
   --model-draft --draft-block-size --draft-ngram-min --draft-ngram-max --spec-sampling --no-adaptive --allow-inexact
   --trace"
 want[tokenize]="--model --prompt --file --no-bos --no-special"

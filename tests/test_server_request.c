@@ -264,6 +264,45 @@ static void test_null_content(void **state) {
 }
 
 /* Too deep a body names the nesting limit, not a byte offset. */
+/* Structured output (docs/structured_output.md section 6): the grammar is compiled while
+ * parsing; an unsupported schema or a GBNF grammar is a 400 naming the field. */
+static void test_response_format(void **state) {
+    (void)state;
+    static const char *const ok[] = {
+        "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"}}",
+        "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+        "\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}}",
+        "{\"prompt\":\"a\",\"json_schema\":{\"type\":\"array\",\"items\":{\"enum\":[1,2]}}}",
+        "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"string\"}}}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        ls_request r;
+        ls_req_error e;
+        if (parse(LSR_COMPLETION, ok[i], &r, &e) != 0) fail_msg("%s: %s", ok[i], e.message);
+        assert_non_null(r.grammar);
+        ls_request_free(&r);
+    }
+    ls_request r;
+    ls_req_error e;
+    assert_int_equal(parse(LSR_COMPLETION, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"text\"}}", &r, &e), 0);
+    assert_null(r.grammar);
+    ls_request_free(&r);
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"a\",\"grammar\":\"root ::= x\"}", 400, "grammar");
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"yaml\"}}", 400, "response_format");
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"a\",\"response_format\":\"json\"}", 400, "response_format");
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"a\",\"json_schema\":{\"oneOf\":[]}}", 400, "json_schema");
+    expect_error(LSR_COMPLETION, "{\"prompt\":\"a\",\"json_schema\":{},\"response_format\":{\"type\":\"text\"}}", 400,
+                 "json_schema");
+    assert_int_equal(parse(LSR_COMPLETION,
+                           "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{"
+                           "\"schema\":{\"properties\":{\"n\":{\"type\":\"string\",\"format\":\"date\"}}}}}}",
+                           &r, &e),
+                     -1);
+    assert_string_equal(e.param, "response_format.json_schema.schema");
+    assert_string_equal(e.code, "unsupported_schema");
+    assert_non_null(strstr(e.message, "'format' at #/properties/n"));
+}
+
 static void test_nesting_limit(void **state) {
     (void)state;
     enum { DEEP = 10000 };
@@ -358,6 +397,7 @@ int main(void) {
         cmocka_unit_test(test_nul_refused),
         cmocka_unit_test(test_duplicate_keys_last_wins),
         cmocka_unit_test(test_null_content),
+        cmocka_unit_test(test_response_format),
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_stop_across_chunks),
         cmocka_unit_test(test_stop_holds_back_only_prefixes),

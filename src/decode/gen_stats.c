@@ -35,6 +35,9 @@ int ls_gen_stats_format(const ls_gen_stats *st, char *buf, size_t cap) {
         P(" draft_ms=%.1f verify_ms=%.1f rollback_ms=%.1f probe_ms=%.1f final_block_size=%d", st->draft_ms,
           st->verify_ms, st->rollback_ms, st->probe_ms, st->final_block_size);
     }
+    if (st->grammar_masks)
+        P(" grammar_masks=%lld grammar_ms=%.1f grammar_ms_per_mask=%.3f", (long long)st->grammar_masks, st->grammar_ms,
+          st->grammar_ms / (double)st->grammar_masks);
 #undef P
     return off;
 }

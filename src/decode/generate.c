@@ -8,6 +8,7 @@
  * decoding's; drafts are accepted while d_{j+1} == c_j; every emitted token is checked for
  * EOS / budget / context exactly as classic decoding checks it; then every cache is rolled
  * back to the last emitted token, which becomes the next bonus. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "core/log.h"
 #include "decode/adaptive.h"
 #include "decode/drafter.h"
+#include "decode/grammar.h"
 #include "decode/probe.h"
 #include "decode/rng.h"
 #include "decode/sampler.h"
@@ -39,7 +41,34 @@ typedef struct {
     ls_gen_stats *st;
     int32_t kmax; /* K after the cap to the session batch */
     bool done;
+    /* Structured output (docs/structured_output.md section 5): the automaton state after the
+     * emitted tokens, the allowed-token scratch and the states of the trie walk. */
+    const ls_grammar *gr;
+    const ls_gvocab *gv;
+    ls_gstate gs;
+    ls_gstate *walk;
+    uint8_t *allow;
+    ls_sampling masked;
 } gen_state;
+
+/* The sampling settings for the row of the next position: with a grammar, the row's
+ * disallowed tokens become -inf and top-k is capped to the allowed count (tokens of zero
+ * probability never enter the draw). The mask depends only on the text emitted before the
+ * position, so every schedule applies the same mask to the same row. */
+static const ls_sampling *constrain(gen_state *g, float *row) {
+    if (!g->gr) return &g->gp->sampling;
+    double t0 = ls_now_ms();
+    int32_t n = ls_grammar_mask(g->gr, g->gv, &g->gs, g->walk, g->allow);
+    if (n == 0) /* a dead end (the vocabulary cannot spell any allowed byte): let it end */
+        for (int32_t t = 0; t < g->n_vocab; t++) n += g->allow[t] = ls_token_is_eog(g->m, t);
+    for (int32_t t = 0; t < g->n_vocab; t++)
+        if (!g->allow[t]) row[t] = -INFINITY;
+    g->masked = g->gp->sampling;
+    if (n > 0 && (g->masked.top_k <= 0 || g->masked.top_k > n)) g->masked.top_k = n;
+    g->st->grammar_masks++;
+    g->st->grammar_ms += ls_now_ms() - t0;
+    return &g->masked;
+}
 
 /* Offer the token chosen for position pos from logits row `row` (the row that chose it: its
  * logprobs come from exactly that row). Returns false when generation ends (an EOG token ends
@@ -52,6 +81,7 @@ static bool emit(gen_state *g, int32_t pos, int32_t tok, const float *row) {
     }
     g->hist[pos] = tok;
     g->st->n_generated++;
+    if (g->gr) ls_gstate_feed_token(g->gr, g->gv, &g->gs, tok);
     if (g->gp->on_token) g->gp->on_token(tok, g->ud);
     if (g->gp->on_logprobs) {
         ls_token_logprobs lp;
@@ -106,7 +136,8 @@ static int prefill(gen_state *g, const int32_t *tokens, int32_t n, float *logits
 
 static int classic_loop(gen_state *g, float *logits, int32_t pos, char *err, size_t errlen) {
     for (;;) {
-        int32_t tok = ls_sampler_sample(&g->s->sampler, &g->gp->sampling, logits, g->hist, pos);
+        const ls_sampling *sp = constrain(g, logits);
+        int32_t tok = ls_sampler_sample(&g->s->sampler, sp, logits, g->hist, pos);
         if (!emit(g, pos, tok, logits) || cancelled(g)) return LS_OK;
         int rc = eval(g, &tok, 1, 0, logits, err, errlen);
         if (rc != LS_OK) return rc;
@@ -117,8 +148,8 @@ static int classic_loop(gen_state *g, float *logits, int32_t pos, char *err, siz
 /* The target's choice for block row j (position pos) given draft d (or -1 after the last
  * draft). Exact mode: the classic sampler, so the token equals classic decoding's.
  * Rejection mode: accept d with probability p(d), else draw from p without d. */
-static int32_t choose(gen_state *g, const float *row, int32_t pos, int32_t draft) {
-    const ls_sampling *sp = &g->gp->sampling;
+static int32_t choose(gen_state *g, float *row, int32_t pos, int32_t draft) {
+    const ls_sampling *sp = constrain(g, row);
     ls_sampler *sm = &g->s->sampler;
     if (g->gp->spec_sampling == LS_SPEC_EXACT || draft < 0 || sp->temperature <= 0)
         return ls_sampler_sample(sm, sp, row, g->hist, pos);
@@ -140,7 +171,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
     ls_adapt_init(&ad, kmax);
     int32_t drafts[LS_SPEC_MAX_BLOCK], block[LS_SPEC_MAX_BLOCK];
     /* First token after prefill: the classic sampler (the bonus). */
-    int32_t tok = ls_sampler_sample(&g->s->sampler, &gp->sampling, logits_buf, g->hist, pos);
+    int32_t tok = ls_sampler_sample(&g->s->sampler, constrain(g, logits_buf), logits_buf, g->hist, pos);
     if (!emit(g, pos, tok, logits_buf)) return LS_OK;
     int32_t n = pos + 1; /* hist[0..n): the last entry is the bonus, not yet run */
     for (;;) {
@@ -166,7 +197,7 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         int32_t emitted = 0, accepted = 0, checked = nd;
         bool ended = false;
         for (int32_t j = 0; j <= nd; j++) {
-            const float *row = logits_buf + (int64_t)j * g->n_vocab;
+            float *row = logits_buf + (int64_t)j * g->n_vocab;
             int32_t c = choose(g, row, n + j, j < nd ? drafts[j] : -1);
             bool hit = j < nd && c == drafts[j];
             int32_t before = st->n_generated;
@@ -222,6 +253,26 @@ static int spec_loop(gen_state *g, float *logits_buf, int32_t pos, char *err, si
         if (ended || g->done) return LS_OK;
         n = new_n;
     }
+}
+
+/* The grammar's scratch: the vocabulary trie (built once per model), the allowed-token
+ * array and the walk's states. */
+static int grammar_setup(gen_state *g, char *err, size_t errlen) {
+    g->gr = g->gp->grammar;
+    if (!g->gr) return LS_OK;
+    g->gv = ls_gvocab_of_model(g->m);
+    if (g->gv) {
+        /* Sized for both the rows and the tokenizer: entries past the tokenizer stay 0 (never allowed). */
+        int32_t nv = ls_gvocab_n_vocab(g->gv);
+        g->allow = calloc((size_t)(nv > g->n_vocab ? nv : g->n_vocab), 1);
+        g->walk = malloc(sizeof(ls_gstate) * (size_t)(ls_gvocab_max_len(g->gv) + 1));
+    }
+    if (!g->gv || !g->allow || !g->walk) {
+        snprintf(err, errlen, "out of memory for the grammar's token mask");
+        return LS_ERR_NOMEM;
+    }
+    ls_gstate_init(g->gr, &g->gs);
+    return LS_OK;
 }
 
 int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp, ls_text_cb cb,
@@ -304,6 +355,13 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
                    .ud = ud,
                    .st = &st,
                    .kmax = kmax};
+    if (grammar_setup(&g, err, errlen) != LS_OK) {
+        free(g.allow);
+        free(g.walk);
+        free(hist);
+        free(logits);
+        return LS_ERR_NOMEM;
+    }
     double t0 = ls_now_ms();
     /* Keep a reused prefix if the cache can resume after it; the last prompt token always
      * runs (its logits choose the first token). */
@@ -329,6 +387,8 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
     st.decode_ms = ls_now_ms() - t1;
     ls_session_idle(s);
     if (stats) *stats = st;
+    free(g.allow);
+    free(g.walk);
     free(hist);
     free(logits);
     return rc;

@@ -108,6 +108,8 @@ struct ls_model {
     char path[1024];
     uint64_t file_size;
     int64_t file_mtime;
+    /* Structured output: the vocabulary's byte trie, built on first use (docs/structured_output.md). */
+    struct ls_gvocab *gvocab;
     /* Set by the loaders when one of their own allocations (tables, weight copies, the
      * tokenizer) failed:
      * ls_model_open then returns LS_ERR_NOMEM instead of LS_ERR. */

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "lockstep.h"
 #include "format/safetensors.h"
+#include "decode/grammar.h"
 #include "model/model.h"
 
 #define ERRF(...) snprintf(err, errlen, __VA_ARGS__)
@@ -310,6 +311,7 @@ void ls_model_close(ls_model *m) {
     free(m->moes);
     free(m->expert_w);
     ls_tokenizer_free(m->tok);
+    ls_gvocab_free(m->gvocab);
     ls_gguf_close(m->gguf);
     ls_st_close(m->st);
     free(m);

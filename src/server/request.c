@@ -419,6 +419,57 @@ static int parse_logprobs(const cJSON *root, ls_request *r, ls_req_error *err) {
     return 0;
 }
 
+/* Compile one schema for `param` (docs/structured_output.md section 6). */
+static int compile_schema(const cJSON *schema, const char *param, ls_request *r, ls_req_error *err) {
+    if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return ls_req_fail(err, 400, param, "invalid_type", "'%s' must be a JSON schema object", param);
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return ls_req_fail(err, 500, param, NULL, "out of memory");
+    char msg[200];
+    r->grammar = ls_grammar_json_schema(text, strlen(text), msg, sizeof msg);
+    cJSON_free(text);
+    if (!r->grammar) return ls_req_fail(err, 400, param, "unsupported_schema", "%s: %s", param, msg);
+    return 0;
+}
+
+/* response_format (OpenAI: text, json_object, json_schema with json_schema.schema; also
+ * llama-server's schema next to the type), llama-server's top-level json_schema, and grammar
+ * (GBNF: not supported, a 400). At most one of them. */
+static int parse_response_format(const cJSON *root, ls_request *r, ls_req_error *err) {
+    const cJSON *rf = field(root, "response_format"), *js = field(root, "json_schema"), *gr = field(root, "grammar");
+    if (gr && !(cJSON_IsString(gr) && gr->valuestring[0] == 0))
+        return ls_req_fail(err, 400, "grammar", "unsupported_grammar",
+                           "grammar: GBNF is not supported, use json_schema or response_format");
+    if (rf && js)
+        return ls_req_fail(err, 400, "json_schema", "invalid_value", "give response_format or json_schema, not both");
+    if (js) return compile_schema(js, "json_schema", r, err);
+    if (!rf) return 0;
+    const cJSON *type = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
+    if (!cJSON_IsString(type))
+        return ls_req_fail(err, 400, "response_format", "invalid_type",
+                           "'response_format' must be an object with a string 'type'");
+    const char *t = type->valuestring;
+    const cJSON *schema = field(rf, "schema");
+    if (strcmp(t, "text") == 0) return 0;
+    if (strcmp(t, "json_object") == 0) {
+        if (schema) return compile_schema(schema, "response_format.schema", r, err);
+        char msg[200];
+        r->grammar = ls_grammar_json_object(msg, sizeof msg);
+        return r->grammar ? 0 : ls_req_fail(err, 500, "response_format", NULL, "%s", msg);
+    }
+    if (strcmp(t, "json_schema") != 0)
+        return ls_req_fail(err, 400, "response_format", "invalid_value",
+                           "response_format.type must be 'text', 'json_object' or 'json_schema'");
+    const cJSON *o = field(rf, "json_schema");
+    if (o && !cJSON_IsObject(o))
+        return ls_req_fail(err, 400, "response_format", "invalid_type",
+                           "'response_format.json_schema' must be an object");
+    if (o && field(o, "schema"))
+        return compile_schema(field(o, "schema"), "response_format.json_schema.schema", r, err);
+    if (schema) return compile_schema(schema, "response_format.schema", r, err);
+    return ls_req_fail(err, 400, "response_format", "invalid_value", "response_format.json_schema.schema is required");
+}
+
 int ls_req_parse(ls_req_kind kind, const char *json, size_t len, ls_request *out, ls_req_error *err) {
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
@@ -462,6 +513,7 @@ int ls_req_parse(ls_req_kind kind, const char *json, size_t len, ls_request *out
         goto done;
     }
     if (parse_stop(root, out, err)) goto done;
+    if (parse_response_format(root, out, err)) goto done;
     if (get_bool(root, "stream", &out->stream, err)) goto done;
     /* llama-server's extension: generate up to max_tokens even past EOS (benchmarks). */
     if (get_bool(root, "ignore_eos", &out->ignore_eos, err)) goto done;
@@ -491,6 +543,7 @@ void ls_request_free(ls_request *r) {
     free(r->prompt);
     free(r->model);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    ls_grammar_free(r->grammar);
     ls_req_kind k = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = k;

@@ -50,6 +50,9 @@ typedef struct {
      * (top_logprobs needs logprobs true); completions `logprobs: N`, N in 0..20. */
     bool logprobs;
     int32_t top_logprobs;
+    /* Structured output (response_format json_object / json_schema, json_schema): owned,
+     * NULL when the output is free text. */
+    ls_grammar *grammar;
 } ls_request;
 
 typedef struct {

@@ -315,7 +315,10 @@ def test_held_back_tail(srv, ref):
 
 def test_deadline(srv):
     """A generation cut by --timeout (1 s here) ends with finish_reason "length"; the token whose
-    text came after the deadline is in neither the text nor the logprobs."""
+    text came after the deadline is in neither the text nor the logprobs. On a loaded machine a
+    request may reach its deadline before its first token: equality still holds (both empty),
+    but at least one of the four must have text, or the check proved nothing."""
+    nonempty = 0
     for chat in (False, True):
         for stream in (False, True):
             body = {"max_tokens": 1500, "temperature": 0.8, "seed": 3, "stream": stream, "ignore_eos": True}
@@ -331,8 +334,10 @@ def test_deadline(srv):
                 joined = b"".join(bytes(e["bytes"]) for e in r["logprobs"]["content"])
             else:
                 joined = b"".join(token_bytes(t) for t in r["logprobs"]["tokens"])
-            check(len(joined) > 0 and joined == r["text"].encode(),
+            check(joined == r["text"].encode(),
                   f"{what}: tokens {joined[-40:]!r} vs content {r['text'].encode()[-40:]!r}")
+            nonempty += len(joined) > 0
+    check(nonempty > 0, "deadline: no request produced any text before its 1 s deadline")
     print("deadline: a generation cut by --timeout has the logprobs of exactly its text", flush=True)
 
 

@@ -44,6 +44,44 @@ static void run_params(const cli_opts *o, cli_common *c, ls_gen_params *gp) {
     if (o->v[OPT_TRACE].on) cli_set_probe_trace(true);
 }
 
+/* --json-schema / --json-schema-file: the compiled grammar, or NULL with *ok false. */
+static ls_grammar *run_grammar(const cli_opts *o, bool *ok) {
+    *ok = true;
+    const char *inline_schema = o->v[OPT_JSON_SCHEMA].s, *file = o->v[OPT_JSON_SCHEMA_FILE].s;
+    if (!inline_schema && !file) return NULL;
+    *ok = false;
+    if (inline_schema && file) {
+        fprintf(stderr, "lockstep: give --json-schema or --json-schema-file, not both\n");
+        return NULL;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (file) {
+        FILE *f = fopen(file, "rb");
+        if (!f) {
+            fprintf(stderr, "lockstep: --json-schema-file: cannot open %s\n", file);
+            return NULL;
+        }
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+            char *t = realloc(text, len + n + 1);
+            if (!t) break;
+            text = t;
+            memcpy(text + len, buf, n);
+            len += n;
+        }
+        fclose(f);
+    }
+    char err[512];
+    ls_grammar *g = ls_grammar_json_schema(file ? (text ? text : "") : inline_schema,
+                                           file ? len : strlen(inline_schema), err, sizeof err);
+    free(text);
+    if (!g) fprintf(stderr, "lockstep: %s: %s\n", file ? "--json-schema-file" : "--json-schema", err);
+    *ok = g != NULL;
+    return g;
+}
+
 /* The table's values start at the library's defaults, which `run -h` documents. */
 static void run_defaults(cli_opts *o, const ls_gen_params *gp) {
     memset(o, 0, sizeof *o);
@@ -87,6 +125,10 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "lockstep: --draft-ngram-min must not exceed --draft-ngram-max\n");
         return CLI_USAGE;
     }
+    bool grammar_ok;
+    ls_grammar *grammar = run_grammar(&o, &grammar_ok);
+    if (!grammar_ok) return CLI_USAGE;
+    gp.grammar = grammar;
     if (!seed_set) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -96,7 +138,10 @@ int cmd_run(int argc, char **argv) {
     char *text;
     if (c.prompt || c.file) {
         text = cli_read_prompt(&c, &len);
-        if (!text) return CLI_USAGE;
+        if (!text) {
+            ls_grammar_free(grammar);
+            return CLI_USAGE;
+        }
     } else {
         text = strdup(DEFAULT_PROMPT);
         len = strlen(text);
@@ -104,6 +149,7 @@ int cmd_run(int argc, char **argv) {
     ls_model *m = cli_open_model(c.model);
     if (!m) {
         free(text);
+        ls_grammar_free(grammar);
         return CLI_FAIL;
     }
     int rc = CLI_FAIL;
@@ -157,6 +203,7 @@ done:
     ls_session_free(s);
     free(ids);
     free(text);
+    ls_grammar_free(grammar);
     ls_model_close(m);
     return rc;
 }

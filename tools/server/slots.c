@@ -352,6 +352,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
         gp.on_logprobs = on_logprobs;
         gp.n_top_logprobs = r->top_logprobs;
     }
+    gp.grammar = r->grammar;
     /* Prefix reuse: the longest common prefix with what this slot's cache holds. */
     int32_t common = 0;
     while (common < slot->n_cached && common < j->n_prompt && slot->cached[common] == j->prompt[common]) common++;
