@@ -306,7 +306,9 @@ def test_long_prompt_does_not_stall_other_streams():
     while len(post("/tokenize", {"content": prompt})[2]["tokens"]) > CTX - 64:
         prompt = prompt[: len(prompt) * 3 // 4]
     t0 = time.time()
-    st, _, o = post("/v1/completions", {"prompt": "Alone: " + prompt, "max_tokens": 1, "temperature": 0})
+    # generous timeouts: a ~2000-token prefill under the sanitizers on a loaded 2-core machine
+    st, _, o = post("/v1/completions", {"prompt": "Alone: " + prompt, "max_tokens": 1, "temperature": 0},
+                    timeout=900)
     full = time.time() - t0
     assert st == 200 and o["usage"]["prompt_tokens"] >= 1000
     s, buf = _open_stream(URL, {"prompt": STORY, "max_tokens": 400, "stream": True, "temperature": 0,
@@ -315,12 +317,12 @@ def test_long_prompt_does_not_stall_other_streams():
     long_done = threading.Event()
 
     def long_request():
-        post("/v1/completions", {"prompt": "Meanwhile: " + prompt, "max_tokens": 1, "temperature": 0})
+        post("/v1/completions", {"prompt": "Meanwhile: " + prompt, "max_tokens": 1, "temperature": 0}, timeout=900)
         long_done.set()
 
     th = threading.Thread(target=long_request)
     th.start()
-    s.settimeout(30)
+    s.settimeout(300)
     while not long_done.is_set():
         chunk = s.recv(65536)
         if not chunk:
