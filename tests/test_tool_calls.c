@@ -159,13 +159,11 @@ static void test_gemma3_render(void **st) {
         "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"21 C\"},"
         "{\"role\":\"user\",\"content\":\"And so?\"}],\"tools\":[" WEATHER "]}";
     const char *want =
-        "<bos><start_of_turn>user\nBe brief.\n\nYou have access to the following functions. Each is a JSON object "
-        "with the function's name, description and parameters (a JSON Schema):\n"
+        "<bos><start_of_turn>user\nBe brief.\n\nYou have access to these functions:\n"
         "{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
         "\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}\n\n"
-        "To call a function, reply with only a ```tool_code block holding a JSON object with the function's name "
-        "and its arguments, and no other text:\n```tool_code\n{\"name\": \"function_name\", \"arguments\": "
-        "{\"argument\": \"value\"}}\n```\nThe result of the call will be given to you in a ```tool_output block.\n\n"
+        "To call a function, reply with a ```tool_code block holding {\"name\": <function name>, \"arguments\": <the "
+        "arguments as a JSON object>}. The result comes back in a ```tool_output block.\n\n"
         "Weather in Paris?<end_of_turn>\n"
         "<start_of_turn>model\n```tool_code\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```"
         "<end_of_turn>\n"
@@ -191,7 +189,8 @@ static void test_prefill_and_hold(void **st) {
                            &r, &e),
                      0);
     char *owned;
-    assert_string_equal(ls_tools_prefill(3, &r, &owned), "```tool_code\n{\"name\": \"get_weather\", \"arguments\": ");
+    assert_string_equal(ls_tools_prefill(3, &r, &owned),
+                        "```tool_code\n{\"name\": \"get_weather\", \"arguments\": {\"");
     free(owned);
     assert_string_equal(ls_tools_prefill(4, &r, &owned), "<|tool_call>call:get_weather{");
     free(owned);
@@ -199,7 +198,7 @@ static void test_prefill_and_hold(void **st) {
     char *p = ls_tools_prompt(3, &r, err, sizeof err);
     size_t n = strlen(p);
     const char *tail = "Call the function get_weather now.\n\nWeather in Paris?<end_of_turn>\n<start_of_turn>model\n"
-                       "```tool_code\n{\"name\": \"get_weather\", \"arguments\": ";
+                       "```tool_code\n{\"name\": \"get_weather\", \"arguments\": {\"";
     assert_true(n > strlen(tail) && !strcmp(p + n - strlen(tail), tail));
     free(p);
     assert_true(ls_tools_hold(3, &r, "Sure", 4)); /* forced: always held */
@@ -263,9 +262,10 @@ static void test_parse_gemma3(void **st) {
     expect_call(3, NULL, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}", paris);
     expect_call(3, NULL, "[{\"name\": \"get_weather\"}]", "{}");
     /* forced: the prefill is put back in front */
-    expect_call(3, "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", "{\"city\": \"Paris\"}}\n```",
+    expect_call(3, "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", "city\": \"Paris\"}}\n```",
                 paris);
-    expect_call(3, "\"required\"", "get_weather\", \"arguments\": {\"city\": \"Paris\"}}", paris);
+    /* required with one tool: a call of that tool */
+    expect_call(3, "\"required\"", "city\": \"Paris\"}}", paris);
     /* two calls in two blocks */
     ls_tool_output o;
     assert_int_equal(out_of(3, NULL,
@@ -288,7 +288,7 @@ static void test_parse_gemma3(void **st) {
     expect_rc(3, NULL, "{\"name\": \"get_time\", \"arguments\": {}}", -1);
     expect_rc(3, NULL, "{\"name\": \"get_weather\", \"arguments\": [1]}", -1);
     expect_rc(3, NULL, "```tool_code\nget_weather(city='Paris')\n```", -1);
-    expect_rc(3, "\"required\"", "nope\", \"arguments\": {}}", -1);
+    expect_rc(3, "\"required\"", "x\": 1", -1);
 }
 
 static void test_parse_gemma4(void **st) {
@@ -300,7 +300,7 @@ static void test_parse_gemma4(void **st) {
                 "{\"city\":\"a, b {c}\",\"n\":-2.5,\"ok\":true,\"x\":null,\"l\":[1,\"s\"],\"o\":{\"k\":false}}");
     expect_call(4, "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", "city:<|\"|>Paris<|\"|>}",
                 "{\"city\":\"Paris\"}");
-    expect_call(4, "\"required\"", "get_weather{}<tool_call|>", "{}");
+    expect_call(4, "\"required\"", "}<tool_call|>", "{}");
     expect_rc(4, NULL, "It is sunny.", 0);
     expect_rc(4, NULL, "<|tool_call>call:get_weather{city:Paris}<tool_call|>", -1);
     expect_rc(4, NULL, "<|tool_call>call:get_weather{city:<|\"|>Paris", -1);

@@ -58,7 +58,9 @@ static int add_call(const ls_request *r, ls_tool_output *o, char *name, char *ar
     int known = -1;
     for (int i = 0; i < t->n_tools; i++)
         if (!strcmp(t->tools[i].name, name)) known = i;
-    if (known < 0 || (t->choice == LS_TC_NAMED && known != t->named)) {
+    bool other = (t->choice == LS_TC_NAMED && known != t->named) ||
+                 (t->choice == LS_TC_REQUIRED && t->n_tools == 1 && known != 0);
+    if (known < 0 || other) {
         snprintf(o->error, sizeof o->error, "the model called %s function '%.64s'",
                  known < 0 ? "an unknown" : "another", name);
         free(name), free(args);

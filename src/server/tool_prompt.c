@@ -20,14 +20,10 @@
 
 #include "tool_internal.h"
 
-static const char G3_INTRO[] =
-    "You have access to the following functions. Each is a JSON object with the function's name, "
-    "description and parameters (a JSON Schema):\n";
+static const char G3_INTRO[] = "You have access to these functions:\n";
 static const char G3_HOWTO[] =
-    "\nTo call a function, reply with only a ```tool_code block holding a JSON object with the function's "
-    "name and its arguments, and no other text:\n"
-    "```tool_code\n{\"name\": \"function_name\", \"arguments\": {\"argument\": \"value\"}}\n```\n"
-    "The result of the call will be given to you in a ```tool_output block.";
+    "\nTo call a function, reply with a ```tool_code block holding {\"name\": <function name>, \"arguments\": "
+    "<the arguments as a JSON object>}. The result comes back in a ```tool_output block.";
 
 static const char *trimmed(const char *s, size_t *n) {
     while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r') s++;
@@ -224,14 +220,27 @@ char *ls_tools_prompt(int style, const ls_request *r, char *err, size_t errlen) 
     return out;
 }
 
+/* The function's parameters require an argument: its arguments object is not empty. */
+static bool needs_argument(const ls_tool_def *t) {
+    cJSON *f = cJSON_Parse(t->function);
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(f, "parameters"), "required");
+    bool yes = cJSON_IsArray(req) && cJSON_GetArraySize(req) > 0;
+    cJSON_Delete(f);
+    return yes;
+}
+
 const char *ls_tools_prefill(int style, const ls_request *r, char **owned) {
     *owned = NULL;
     if (!ls_tools_forced(r)) return "";
-    if (r->tools->choice == LS_TC_REQUIRED) return style == 4 ? "<|tool_call>call:" : "```tool_code\n{\"name\": \"";
+    const ls_tool_req *t = r->tools;
+    /* "required" with one tool is a call of that tool */
+    if (t->choice == LS_TC_REQUIRED && t->n_tools > 1)
+        return style == 4 ? "<|tool_call>call:" : "```tool_code\n{\"name\": \"";
+    const ls_tool_def *d = &t->tools[t->choice == LS_TC_NAMED ? t->named : 0];
     tl_sb b = {0};
     tl_puts(&b, style == 4 ? "<|tool_call>call:" : "```tool_code\n{\"name\": \"");
-    tl_puts(&b, r->tools->tools[r->tools->named].name);
-    tl_puts(&b, style == 4 ? "{" : "\", \"arguments\": ");
+    tl_puts(&b, d->name);
+    tl_puts(&b, style == 4 ? "{" : needs_argument(d) ? "\", \"arguments\": {\"" : "\", \"arguments\": {");
     *owned = b.buf;
     return b.oom || !b.buf ? "" : b.buf;
 }
