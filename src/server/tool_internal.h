@@ -13,15 +13,15 @@ typedef struct {
     bool oom;
 } tl_sb;
 
-void tl_put(tl_sb *b, const char *s, size_t n);
-void tl_puts(tl_sb *b, const char *s);
+void ls_tl_put(tl_sb *b, const char *s, size_t n);
+void ls_tl_puts(tl_sb *b, const char *s);
 
 struct cJSON;
 /* Gemma 4 native format (tool_native.c). */
-void tl_format_argument(tl_sb *b, const struct cJSON *v, bool escape_keys);
-void tl_format_declaration(tl_sb *b, const struct cJSON *function);
+void ls_tl_format_argument(tl_sb *b, const struct cJSON *v, bool escape_keys);
+void ls_tl_format_declaration(tl_sb *b, const struct cJSON *function);
 /* At *p: "call:NAME{...}" [<tool_call|>]. 0 with *name and *args (JSON text) malloc'ed and *p
  * past the call, or -1 with why (and *name / *args to free). */
-int tl_parse_native_call(const char **p, const char *e, char **name, char **args, char *why, size_t whylen);
+int ls_tl_parse_native_call(const char **p, const char *e, char **name, char **args, char *why, size_t whylen);
 
 #endif

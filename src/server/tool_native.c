@@ -17,7 +17,7 @@
 
 #define Q "<|\"|>"
 
-void tl_put(tl_sb *b, const char *s, size_t n) {
+void ls_tl_put(tl_sb *b, const char *s, size_t n) {
     if (b->oom) return;
     if (b->len + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
@@ -35,8 +35,8 @@ void tl_put(tl_sb *b, const char *s, size_t n) {
     b->buf[b->len] = 0;
 }
 
-void tl_puts(tl_sb *b, const char *s) {
-    tl_put(b, s, strlen(s));
+void ls_tl_puts(tl_sb *b, const char *s) {
+    ls_tl_put(b, s, strlen(s));
 }
 
 /* Python's str() of a JSON number: integral values as integers (cJSON does not keep "1.0"
@@ -44,7 +44,7 @@ void tl_puts(tl_sb *b, const char *s) {
 static void put_num(tl_sb *b, double v) {
     char s[64];
     if (!isfinite(v)) {
-        tl_puts(b, v != v ? "nan" : v > 0 ? "inf" : "-inf");
+        ls_tl_puts(b, v != v ? "nan" : v > 0 ? "inf" : "-inf");
         return;
     }
     if (v == floor(v) && fabs(v) < 1e17) {
@@ -55,7 +55,7 @@ static void put_num(tl_sb *b, double v) {
             if (strtod(s, NULL) == v) break;
         }
     }
-    tl_puts(b, s);
+    ls_tl_puts(b, s);
 }
 
 /* Jinja's {{ x }} of a JSON value (Python str()). Containers: their JSON text. */
@@ -63,16 +63,16 @@ static void put_py(tl_sb *b, const cJSON *v) {
     if (!v)
         return; /* undefined prints nothing */
     else if (cJSON_IsString(v))
-        tl_puts(b, v->valuestring);
+        ls_tl_puts(b, v->valuestring);
     else if (cJSON_IsNumber(v))
         put_num(b, v->valuedouble);
     else if (cJSON_IsBool(v))
-        tl_puts(b, cJSON_IsTrue(v) ? "True" : "False");
+        ls_tl_puts(b, cJSON_IsTrue(v) ? "True" : "False");
     else if (cJSON_IsNull(v))
-        tl_puts(b, "None");
+        ls_tl_puts(b, "None");
     else {
         char *t = cJSON_PrintUnformatted(v);
-        if (t) tl_puts(b, t);
+        if (t) ls_tl_puts(b, t);
         cJSON_free(t);
     }
 }
@@ -124,52 +124,52 @@ static void put_upper(tl_sb *b, const cJSON *v) {
     tl_sb t = {0};
     if (cJSON_IsArray(v)) {
         const cJSON *e;
-        tl_puts(&t, "[");
+        ls_tl_puts(&t, "[");
         cJSON_ArrayForEach(e, v) {
-            if (e != v->child) tl_puts(&t, ", ");
-            tl_puts(&t, "'");
+            if (e != v->child) ls_tl_puts(&t, ", ");
+            ls_tl_puts(&t, "'");
             put_py(&t, e);
-            tl_puts(&t, "'");
+            ls_tl_puts(&t, "'");
         }
-        tl_puts(&t, "]");
+        ls_tl_puts(&t, "]");
     } else {
         put_py(&t, v);
     }
     for (size_t i = 0; i < t.len; i++)
         if (t.buf[i] >= 'a' && t.buf[i] <= 'z') t.buf[i] = (char)(t.buf[i] - 32);
-    if (t.buf) tl_puts(b, t.buf);
+    if (t.buf) ls_tl_puts(b, t.buf);
     free(t.buf);
 }
 
-void tl_format_argument(tl_sb *b, const cJSON *v, bool escape_keys) {
+void ls_tl_format_argument(tl_sb *b, const cJSON *v, bool escape_keys) {
     if (cJSON_IsString(v)) {
-        tl_puts(b, Q);
-        tl_puts(b, v->valuestring);
-        tl_puts(b, Q);
+        ls_tl_puts(b, Q);
+        ls_tl_puts(b, v->valuestring);
+        ls_tl_puts(b, Q);
     } else if (cJSON_IsBool(v)) {
-        tl_puts(b, cJSON_IsTrue(v) ? "true" : "false");
+        ls_tl_puts(b, cJSON_IsTrue(v) ? "true" : "false");
     } else if (cJSON_IsObject(v)) {
         int n;
         cJSON **kv = sorted(v, &n);
-        tl_puts(b, "{");
+        ls_tl_puts(b, "{");
         for (int i = 0; kv && i < n; i++) {
-            if (i) tl_puts(b, ",");
-            if (escape_keys) tl_puts(b, Q);
-            tl_puts(b, kv[i]->string);
-            if (escape_keys) tl_puts(b, Q);
-            tl_puts(b, ":");
-            tl_format_argument(b, kv[i], escape_keys);
+            if (i) ls_tl_puts(b, ",");
+            if (escape_keys) ls_tl_puts(b, Q);
+            ls_tl_puts(b, kv[i]->string);
+            if (escape_keys) ls_tl_puts(b, Q);
+            ls_tl_puts(b, ":");
+            ls_tl_format_argument(b, kv[i], escape_keys);
         }
         free(kv);
-        tl_puts(b, "}");
+        ls_tl_puts(b, "}");
     } else if (cJSON_IsArray(v)) {
         const cJSON *e;
-        tl_puts(b, "[");
+        ls_tl_puts(b, "[");
         cJSON_ArrayForEach(e, v) {
-            if (e != v->child) tl_puts(b, ",");
-            tl_format_argument(b, e, escape_keys);
+            if (e != v->child) ls_tl_puts(b, ",");
+            ls_tl_format_argument(b, e, escape_keys);
         }
-        tl_puts(b, "]");
+        ls_tl_puts(b, "]");
     } else {
         put_py(b, v);
     }
@@ -180,10 +180,10 @@ static void put_qlist(tl_sb *b, const cJSON *l) {
     const cJSON *e;
     if (!cJSON_IsArray(l)) return;
     cJSON_ArrayForEach(e, l) {
-        if (e != l->child) tl_puts(b, ",");
-        tl_puts(b, Q);
+        if (e != l->child) ls_tl_puts(b, ",");
+        ls_tl_puts(b, Q);
         put_py(b, e);
-        tl_puts(b, Q);
+        ls_tl_puts(b, Q);
     }
 }
 
@@ -193,51 +193,51 @@ static void format_items(tl_sb *b, const cJSON *items) {
     int n;
     cJSON **kv = sorted(items, &n);
     bool first = false;
-    tl_puts(b, ",items:{");
+    ls_tl_puts(b, ",items:{");
     for (int i = 0; kv && i < n; i++) {
         const cJSON *v = kv[i];
         const char *k = v->string;
         if (cJSON_IsNull(v)) continue;
-        if (first) tl_puts(b, ",");
+        if (first) ls_tl_puts(b, ",");
         first = true;
         if (!strcmp(k, "properties")) {
-            tl_puts(b, "properties:{");
+            ls_tl_puts(b, "properties:{");
             if (cJSON_IsObject(v)) format_parameters(b, v);
-            tl_puts(b, "}");
+            ls_tl_puts(b, "}");
         } else if (!strcmp(k, "required")) {
-            tl_puts(b, "required:[");
+            ls_tl_puts(b, "required:[");
             put_qlist(b, v);
-            tl_puts(b, "]");
+            ls_tl_puts(b, "]");
         } else if (!strcmp(k, "type")) {
-            tl_puts(b, "type:");
+            ls_tl_puts(b, "type:");
             if (cJSON_IsString(v)) {
-                tl_puts(b, Q);
+                ls_tl_puts(b, Q);
                 put_upper(b, v);
-                tl_puts(b, Q);
+                ls_tl_puts(b, Q);
             } else {
                 const cJSON *e;
-                tl_puts(b, "[");
+                ls_tl_puts(b, "[");
                 cJSON_ArrayForEach(e, v) {
-                    if (e != v->child) tl_puts(b, ",");
-                    tl_puts(b, Q);
+                    if (e != v->child) ls_tl_puts(b, ",");
+                    ls_tl_puts(b, Q);
                     put_upper(b, e);
-                    tl_puts(b, Q);
+                    ls_tl_puts(b, Q);
                 }
-                tl_puts(b, "]");
+                ls_tl_puts(b, "]");
             }
         } else {
-            tl_puts(b, k);
-            tl_puts(b, ":");
-            tl_format_argument(b, v, true);
+            ls_tl_puts(b, k);
+            ls_tl_puts(b, ":");
+            ls_tl_format_argument(b, v, true);
         }
     }
     free(kv);
-    tl_puts(b, "}");
+    ls_tl_puts(b, "}");
 }
 
 static void put_comma(tl_sb *b, bool *add_comma) {
     if (*add_comma)
-        tl_puts(b, ",");
+        ls_tl_puts(b, ",");
     else
         *add_comma = true;
 }
@@ -245,17 +245,17 @@ static void put_comma(tl_sb *b, bool *add_comma) {
 /* One property of format_parameters. */
 static void format_property(tl_sb *b, const cJSON *value) {
     bool add_comma = false;
-    tl_puts(b, value->string);
-    tl_puts(b, ":{");
+    ls_tl_puts(b, value->string);
+    ls_tl_puts(b, ":{");
     if (truthy(get(value, "description"))) {
-        tl_puts(b, "description:" Q);
+        ls_tl_puts(b, "description:" Q);
         put_py(b, get(value, "description"));
-        tl_puts(b, Q);
+        ls_tl_puts(b, Q);
         add_comma = true;
     }
     if (truthy(get(value, "nullable"))) {
         put_comma(b, &add_comma);
-        tl_puts(b, "nullable:true");
+        ls_tl_puts(b, "nullable:true");
     }
     tl_sb ty = {0};
     put_upper(&ty, get(value, "type"));
@@ -263,27 +263,27 @@ static void format_property(tl_sb *b, const cJSON *value) {
     if (!strcmp(t, "STRING")) {
         if (truthy(get(value, "enum"))) {
             put_comma(b, &add_comma);
-            tl_puts(b, "enum:");
-            tl_format_argument(b, get(value, "enum"), true);
+            ls_tl_puts(b, "enum:");
+            ls_tl_format_argument(b, get(value, "enum"), true);
         }
     } else if (!strcmp(t, "OBJECT")) {
-        tl_puts(b, ",properties:{");
+        ls_tl_puts(b, ",properties:{");
         const cJSON *p = get(value, "properties");
         format_parameters(b, cJSON_IsObject(p) ? p : value);
-        tl_puts(b, "}");
+        ls_tl_puts(b, "}");
         if (truthy(get(value, "required"))) {
-            tl_puts(b, ",required:[");
+            ls_tl_puts(b, ",required:[");
             put_qlist(b, get(value, "required"));
-            tl_puts(b, "]");
+            ls_tl_puts(b, "]");
         }
     } else if (!strcmp(t, "ARRAY")) {
         const cJSON *it = get(value, "items");
         if (cJSON_IsObject(it) && it->child) format_items(b, it);
     }
     put_comma(b, &add_comma);
-    tl_puts(b, "type:" Q);
-    tl_puts(b, t);
-    tl_puts(b, Q "}");
+    ls_tl_puts(b, "type:" Q);
+    ls_tl_puts(b, t);
+    ls_tl_puts(b, Q "}");
     free(ty.buf);
 }
 
@@ -296,39 +296,39 @@ static void format_parameters(tl_sb *b, const cJSON *props) {
         bool skip = false;
         for (size_t k = 0; k < sizeof standard / sizeof *standard; k++) skip |= !strcmp(kv[i]->string, standard[k]);
         if (skip) continue;
-        if (first) tl_puts(b, ",");
+        if (first) ls_tl_puts(b, ",");
         first = true;
         format_property(b, kv[i]);
     }
     free(kv);
 }
 
-void tl_format_declaration(tl_sb *b, const cJSON *f) {
-    tl_puts(b, "declaration:");
+void ls_tl_format_declaration(tl_sb *b, const cJSON *f) {
+    ls_tl_puts(b, "declaration:");
     put_py(b, get(f, "name"));
-    tl_puts(b, "{description:" Q);
+    ls_tl_puts(b, "{description:" Q);
     put_py(b, get(f, "description"));
-    tl_puts(b, Q);
+    ls_tl_puts(b, Q);
     const cJSON *p = get(f, "parameters");
     if (truthy(p)) {
-        tl_puts(b, ",parameters:{");
+        ls_tl_puts(b, ",parameters:{");
         if (truthy(get(p, "properties"))) {
-            tl_puts(b, "properties:{");
+            ls_tl_puts(b, "properties:{");
             format_parameters(b, get(p, "properties"));
-            tl_puts(b, "},");
+            ls_tl_puts(b, "},");
         }
         if (truthy(get(p, "required"))) {
-            tl_puts(b, "required:[");
+            ls_tl_puts(b, "required:[");
             put_qlist(b, get(p, "required"));
-            tl_puts(b, "],");
+            ls_tl_puts(b, "],");
         }
         if (truthy(get(p, "type"))) {
-            tl_puts(b, "type:" Q);
+            ls_tl_puts(b, "type:" Q);
             put_upper(b, get(p, "type"));
-            tl_puts(b, Q "}");
+            ls_tl_puts(b, Q "}");
         }
     }
-    tl_puts(b, "}");
+    ls_tl_puts(b, "}");
 }
 
 /* ---- parsing a generated call back ------------------------------------------------- */
@@ -436,7 +436,7 @@ static cJSON *nat_value(const char **p, const char *e, int depth) {
     return NULL; /* a bare word is not a value of the format */
 }
 
-int tl_parse_native_call(const char **p, const char *e, char **name, char **args, char *why, size_t whylen) {
+int ls_tl_parse_native_call(const char **p, const char *e, char **name, char **args, char *why, size_t whylen) {
     *name = *args = NULL;
     if (!starts(*p, e, "call:")) {
         snprintf(why, whylen, "expected 'call:' after <|tool_call>");

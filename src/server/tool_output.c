@@ -182,7 +182,7 @@ static int parse_g4(const ls_request *r, const char *p, const char *e, ls_tool_o
     while (at(p, e, "<|tool_call>")) {
         p += 12;
         char *name, *args;
-        if (tl_parse_native_call(&p, e, &name, &args, o->error, sizeof o->error)) {
+        if (ls_tl_parse_native_call(&p, e, &name, &args, o->error, sizeof o->error)) {
             free(name), free(args);
             return -1;
         }
@@ -199,8 +199,8 @@ int ls_tools_parse_output(int style, const ls_request *r, const char *text, cons
     char *owned;
     const char *pre = ls_tools_prefill(style, r, &owned);
     tl_sb b = {0};
-    tl_puts(&b, pre);
-    tl_puts(&b, text ? text : "");
+    ls_tl_puts(&b, pre);
+    ls_tl_puts(&b, text ? text : "");
     free(owned);
     if (b.oom) {
         free(b.buf);

@@ -34,28 +34,28 @@ static const char *trimmed(const char *s, size_t *n) {
 }
 
 static void g3_tools_block(tl_sb *b, const ls_tool_req *t) {
-    tl_puts(b, G3_INTRO);
+    ls_tl_puts(b, G3_INTRO);
     for (int i = 0; i < t->n_tools; i++) {
-        tl_puts(b, t->tools[i].function);
-        tl_puts(b, "\n");
+        ls_tl_puts(b, t->tools[i].function);
+        ls_tl_puts(b, "\n");
     }
-    tl_puts(b, G3_HOWTO);
-    if (t->choice == LS_TC_REQUIRED) tl_puts(b, "\nCall one of the functions now.");
+    ls_tl_puts(b, G3_HOWTO);
+    if (t->choice == LS_TC_REQUIRED) ls_tl_puts(b, "\nCall one of the functions now.");
     if (t->choice == LS_TC_NAMED) {
-        tl_puts(b, "\nCall the function ");
-        tl_puts(b, t->tools[t->named].name);
-        tl_puts(b, " now.");
+        ls_tl_puts(b, "\nCall the function ");
+        ls_tl_puts(b, t->tools[t->named].name);
+        ls_tl_puts(b, " now.");
     }
 }
 
 static void g3_call(tl_sb *b, const ls_tool_call *c) {
     size_t n;
     const char *a = trimmed(c->arguments, &n);
-    tl_puts(b, "```tool_code\n{\"name\": \"");
-    tl_puts(b, c->name);
-    tl_puts(b, "\", \"arguments\": ");
-    tl_put(b, a, n);
-    tl_puts(b, "}\n```");
+    ls_tl_puts(b, "```tool_code\n{\"name\": \"");
+    ls_tl_puts(b, c->name);
+    ls_tl_puts(b, "\", \"arguments\": ");
+    ls_tl_put(b, a, n);
+    ls_tl_puts(b, "}\n```");
 }
 
 typedef struct {
@@ -76,8 +76,8 @@ static void g3_messages(const ls_request *r, msg_list *l) {
     if (ls_tools_active(r)) {
         tl_sb *sys = push(l, "system");
         if (r->n_messages && !strcmp(r->messages[0].role, "system")) {
-            tl_puts(sys, r->messages[0].content);
-            tl_puts(sys, "\n\n");
+            ls_tl_puts(sys, r->messages[0].content);
+            ls_tl_puts(sys, "\n\n");
             i = 1;
         }
         g3_tools_block(sys, t);
@@ -87,13 +87,13 @@ static void g3_messages(const ls_request *r, msg_list *l) {
         const char *role = r->messages[i].role, *c = r->messages[i].content;
         if (!strcmp(role, "tool") || (!strcmp(role, "user") && tool_run)) {
             tl_sb *u = tool_run ? &l->text[l->n - 1] : push(l, "user");
-            if (tool_run) tl_puts(u, "\n\n");
+            if (tool_run) ls_tl_puts(u, "\n\n");
             if (!strcmp(role, "tool")) {
-                tl_puts(u, "```tool_output\n");
-                tl_puts(u, c);
-                tl_puts(u, "\n```");
+                ls_tl_puts(u, "```tool_output\n");
+                ls_tl_puts(u, c);
+                ls_tl_puts(u, "\n```");
             } else {
-                tl_puts(u, c);
+                ls_tl_puts(u, c);
             }
             tool_run = !strcmp(role, "tool");
             continue;
@@ -103,41 +103,41 @@ static void g3_messages(const ls_request *r, msg_list *l) {
         if (!strcmp(role, "assistant") && t->n_calls[i] > 0) {
             size_t n;
             const char *a = trimmed(c, &n);
-            tl_put(m, a, n);
+            ls_tl_put(m, a, n);
             for (int k = 0; k < t->n_calls[i]; k++) {
-                if (k || n) tl_puts(m, "\n");
+                if (k || n) ls_tl_puts(m, "\n");
                 g3_call(m, &t->calls[i][k]);
             }
         } else {
-            tl_puts(m, c);
+            ls_tl_puts(m, c);
         }
     }
 }
 
 static void g4_response(tl_sb *b, const char *name, const char *content) {
     cJSON *v = cJSON_Parse(content);
-    tl_puts(b, "<|tool_response>response:");
-    tl_puts(b, name);
+    ls_tl_puts(b, "<|tool_response>response:");
+    ls_tl_puts(b, name);
     if (cJSON_IsObject(v)) {
-        tl_format_argument(b, v, false);
+        ls_tl_format_argument(b, v, false);
     } else {
         cJSON *s = cJSON_CreateString(content);
-        tl_puts(b, "{value:");
-        tl_format_argument(b, s, false);
-        tl_puts(b, "}");
+        ls_tl_puts(b, "{value:");
+        ls_tl_format_argument(b, s, false);
+        ls_tl_puts(b, "}");
         cJSON_Delete(s);
     }
     cJSON_Delete(v);
-    tl_puts(b, "<tool_response|>");
+    ls_tl_puts(b, "<tool_response|>");
 }
 
 static void g4_call(tl_sb *b, const ls_tool_call *c) {
     cJSON *v = cJSON_Parse(c->arguments);
-    tl_puts(b, "<|tool_call>call:");
-    tl_puts(b, c->name);
-    tl_format_argument(b, v, false);
+    ls_tl_puts(b, "<|tool_call>call:");
+    ls_tl_puts(b, c->name);
+    ls_tl_format_argument(b, v, false);
     cJSON_Delete(v);
-    tl_puts(b, "<tool_call|>");
+    ls_tl_puts(b, "<tool_call|>");
 }
 
 /* Gemma 4: calls into calls[], tool messages folded into the responses of the assistant
@@ -160,18 +160,18 @@ static void g4_messages(const ls_request *r, msg_list *l, tl_sb *calls, tl_sb *r
             cur_in = i;
             for (int k = 0; k < t->n_calls[i]; k++) g4_call(&calls[l->n], &t->calls[i][k]);
         }
-        tl_puts(push(l, strcmp(role, "tool") ? role : "user"), c);
+        ls_tl_puts(push(l, strcmp(role, "tool") ? role : "user"), c);
     }
 }
 
 static char *g4_tools_text(const ls_request *r) {
     tl_sb b = {0};
-    tl_puts(&b, "");
+    ls_tl_puts(&b, "");
     for (int i = 0; ls_tools_active(r) && i < r->tools->n_tools; i++) {
         cJSON *f = cJSON_Parse(r->tools->tools[i].function);
-        tl_puts(&b, "<|tool>");
-        tl_format_declaration(&b, f);
-        tl_puts(&b, "<tool|>");
+        ls_tl_puts(&b, "<|tool>");
+        ls_tl_format_declaration(&b, f);
+        ls_tl_puts(&b, "<tool|>");
         cJSON_Delete(f);
     }
     return b.oom ? (free(b.buf), NULL) : b.buf;
@@ -204,8 +204,8 @@ char *ls_tools_prompt(int style, const ls_request *r, char *err, size_t errlen) 
         const char *pre = ls_tools_prefill(style, r, &owned);
         tl_sb b = {0};
         if (p) {
-            tl_puts(&b, p);
-            tl_puts(&b, pre);
+            ls_tl_puts(&b, p);
+            ls_tl_puts(&b, pre);
             if (b.oom) snprintf(err, errlen, "out of memory");
             out = b.oom ? (free(b.buf), NULL) : b.buf;
         }
@@ -238,9 +238,9 @@ const char *ls_tools_prefill(int style, const ls_request *r, char **owned) {
         return style == 4 ? "<|tool_call>call:" : "```tool_code\n{\"name\": \"";
     const ls_tool_def *d = &t->tools[t->choice == LS_TC_NAMED ? t->named : 0];
     tl_sb b = {0};
-    tl_puts(&b, style == 4 ? "<|tool_call>call:" : "```tool_code\n{\"name\": \"");
-    tl_puts(&b, d->name);
-    tl_puts(&b, style == 4 ? "{" : needs_argument(d) ? "\", \"arguments\": {\"" : "\", \"arguments\": {");
+    ls_tl_puts(&b, style == 4 ? "<|tool_call>call:" : "```tool_code\n{\"name\": \"");
+    ls_tl_puts(&b, d->name);
+    ls_tl_puts(&b, style == 4 ? "{" : needs_argument(d) ? "\", \"arguments\": {\"" : "\", \"arguments\": {");
     *owned = b.buf;
     return b.oom || !b.buf ? "" : b.buf;
 }
