@@ -281,6 +281,7 @@ static void test_parse_gemma3(void **st) {
     expect_rc(3, NULL, "It is sunny in Paris.", 0);
     expect_rc(3, NULL, "{\"answer\": 42}", 0);
     expect_rc(3, NULL, "```python\nprint(1)\n```", 0);
+    expect_rc(3, NULL, "```json\n{\"temperature\": 21}\n```", 0);
     expect_rc(3, "\"none\"", "{\"name\": \"get_weather\", \"arguments\": {}}", 0);
     /* malformed */
     expect_rc(3, NULL, "```tool_code\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par", -1);

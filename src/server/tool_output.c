@@ -2,7 +2,8 @@
  * docs/tool_calls.md). The prefill that forced a call is put back in front of the generated
  * text first. A call must start the output (after whitespace):
  *   Gemma 3: a ```tool_code (or ```json) block holding one or more JSON call objects (or an
- *            array of them), several blocks in a row allowed; or a bare JSON call object /
+ *            array of them), several blocks in a row allowed (a ```json block whose JSON has
+ *            no call's keys is content); or a bare JSON call object /
  *            array of them. A call object is {"name": N, "arguments": {...}} ("parameters"
  *            for "arguments"; "arguments" may be a string holding a JSON object, absent means
  *            {}), or {"tool_call": {...}} / {"function": {...}} around one.
@@ -157,11 +158,14 @@ static int parse_g3(const ls_request *r, const char *p, const char *e, ls_tool_o
     }
     int blocks = 0;
     while (at(p, e, "```tool_code") || at(p, e, "```json")) {
-        p += at(p, e, "```json") ? 7 : 12;
+        bool code = at(p, e, "```tool_code"); /* a ```json block holds a call only if it looks like one */
+        p += code ? 12 : 7;
         ws(&p, e);
         int calls = 0;
         while (p < e && (*p == '{' || *p == '[')) {
-            if (json_calls(r, &p, e, true, o, prefix) < 0) return -1;
+            int rc = json_calls(r, &p, e, code, o, prefix);
+            if (rc < 0) return -1;
+            if (rc == 0) return blocks ? 1 : 0; /* data, not a call: content (or what came before) */
             calls++;
             ws(&p, e);
         }
