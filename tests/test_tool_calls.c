@@ -201,7 +201,30 @@ static void test_prefill_and_hold(void **st) {
                        "```tool_code\n{\"name\": \"get_weather\", \"arguments\": {\"";
     assert_true(n > strlen(tail) && !strcmp(p + n - strlen(tail), tail));
     free(p);
+    p = ls_tools_prompt(4, &r, err, sizeof err);
+    n = strlen(p);
+    tail = "Weather in Paris?<turn|>\n<|turn>model\n<|channel>thought\n<channel|><|tool_call>call:get_weather{";
+    assert_true(n > strlen(tail) && !strcmp(p + n - strlen(tail), tail));
+    free(p);
     assert_true(ls_tools_hold(3, &r, "Sure", 4)); /* forced: always held */
+    ls_request_free(&r);
+
+    /* required of two tools: the model writes the name */
+    assert_int_equal(parse("{\"messages\":[" USER "],\"tools\":[" WEATHER ",{\"type\":\"function\",\"function\":{"
+                           "\"name\":\"now\"}}],\"tool_choice\":\"required\"}",
+                           &r, &e),
+                     0);
+    assert_string_equal(ls_tools_prefill(3, &r, &owned), "```tool_code\n{\"name\": \"");
+    assert_string_equal(ls_tools_prefill(4, &r, &owned), "<|tool_call>call:");
+    ls_tool_output o;
+    assert_int_equal(ls_tools_parse_output(3, &r, "now\"}\n```", "c", &o), 1);
+    assert_string_equal(o.calls[0].name, "now");
+    assert_string_equal(o.calls[0].arguments, "{}");
+    ls_tool_output_free(&o);
+    assert_int_equal(ls_tools_parse_output(4, &r, "get_weather{city:<|\"|>x<|\"|>}<tool_call|>", "c", &o), 1);
+    assert_string_equal(o.calls[0].name, "get_weather");
+    ls_tool_output_free(&o);
+    assert_int_equal(ls_tools_parse_output(3, &r, "weather\", \"arguments\": {}}", "c", &o), -1);
     ls_request_free(&r);
 
     assert_int_equal(parse("{\"messages\":[" USER "],\"tools\":[" WEATHER "]}", &r, &e), 0);
