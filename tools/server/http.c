@@ -486,8 +486,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     char err[512];
     char *text;
     if (kind == LSR_CHAT) {
-        text = j->req.tools ? srv_tools_prompt(s, j, err, sizeof err)
-                            : ls_chat_apply(s->model, j->req.messages, j->req.n_messages, err, sizeof err);
+        text = srv_chat_prompt(s, j, err, sizeof err);
         if (!text) {
             srv_job_release(j);
             char msg[600];

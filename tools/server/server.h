@@ -143,6 +143,8 @@ void srv_lp_set(struct cJSON *obj, struct cJSON *lp);
 /* tool_calls.c (docs/tool_calls.md) */
 /* The prompt of a chat request with r->tools (sets the job's tool_* fields). */
 char *srv_tools_prompt(srv_server *s, srv_job *j, char *err, size_t errlen);
+/* A chat request's prompt: srv_tools_prompt when it uses tools, else the model's template. */
+char *srv_chat_prompt(srv_server *s, srv_job *j, char *err, size_t errlen);
 /* Streaming, caller holds j->mu: false while the text must be held back; true to stream from
  * *from (set to 0 when held text is released). */
 bool srv_tools_stream_from(srv_job *j, size_t *from);

@@ -17,6 +17,11 @@ char *srv_tools_prompt(srv_server *s, srv_job *j, char *err, size_t errlen) {
     return ls_tools_prompt(j->tool_style, &j->req, err, errlen);
 }
 
+char *srv_chat_prompt(srv_server *s, srv_job *j, char *err, size_t errlen) {
+    if (j->req.tools) return srv_tools_prompt(s, j, err, errlen);
+    return ls_chat_apply(s->model, j->req.messages, j->req.n_messages, err, errlen);
+}
+
 bool srv_tools_stream_from(srv_job *j, size_t *from) {
     if (!j->tool_hold) return true;
     if (ls_tools_hold(j->tool_style, &j->req, j->text.text ? j->text.text : "", j->text.sent)) return false;
