@@ -11,7 +11,8 @@ plain one and a speculative one (--draft ngram --parallel 2), and checks:
   - streaming: the same calls as one delta.tool_calls chunk, finish_reason "tool_calls"; with
     tools offered and a plain answer, the content streams and equals the non-streaming one;
   - the same bytes with and without --draft ngram (every response's `choices`, the call ids'
-    request part masked), streaming and not, the speculative server taking them four at a time;
+    request part masked), streaming and not, the speculative server taking them four at a time
+    (and accepting drafts);
   - a malformed call (cut by max_tokens) is reported (content, lockstep_tool_call_error), not
     crashed on;
   - bad requests (tools not an array, invalid JSON Schema, a bad or duplicate name, tool_choice
@@ -243,6 +244,10 @@ def test_round_trip(plain, spec):
             same += check(g["raw"] == want["raw"], f"{name} stream={stream}: --draft ngram differs:\n"
                                                   f"{want['raw'][:600]}\n{g['raw'][:600]}")
     print(f"exactness: {same}/{len(jobs)} responses byte-identical with --draft ngram", flush=True)
+    _, _, m = request(spec, "GET", "/metrics")
+    acc = re.search(r"^lockstep_spec_accepted_tokens_total (\d+)", m, re.M)
+    check(acc and int(acc.group(1)) > 0, "the --draft ngram server accepted no draft token")
+    print(f"speculation: {acc.group(1) if acc else '?'} draft tokens accepted on the --draft ngram server", flush=True)
     return ref
 
 
