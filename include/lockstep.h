@@ -59,6 +59,20 @@ typedef struct {
     const char *content;
 } ls_message;
 char *ls_chat_apply(const ls_model *m, const ls_message *msgs, int n, char *err, size_t errlen);
+/* Tool use (docs/tool_calls.md). The model's chat template family: 3 (Gemma 3), 4 (Gemma 4), 0. */
+int ls_model_chat_style(const ls_model *m);
+/* Gemma 4 only: tool declarations / calls / responses pre-rendered in its native format (see
+ * ls_chat_tool_text in src/tokenizer/tokenizer.h); calls and responses have n entries (NULL
+ * entries allowed). */
+typedef struct {
+    const char *tools;
+    const char *const *calls;
+    const char *const *responses;
+} ls_chat_tools;
+/* Renders msgs with the template of `style` (3 or 4) and the generation prompt, like
+ * ls_chat_apply; `tools` is used by style 4 only (NULL: none). */
+char *ls_chat_render_style(int style, const ls_message *msgs, int n, const ls_chat_tools *tools, char *err,
+                           size_t errlen);
 bool ls_token_is_eog(const ls_model *m, int32_t id);
 /* True if both models have the same token texts, in the same order. */
 bool ls_model_same_vocab(const ls_model *a, const ls_model *b);

@@ -55,7 +55,9 @@ static void test_errors(void **state) {
     expect_error(LSR_CHAT, "{}", 400, "messages");
     expect_error(LSR_CHAT, "{\"messages\":[]}", 400, "messages");
     expect_error(LSR_CHAT, "{\"messages\":\"hi\"}", 400, "messages");
-    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", 400, "messages[0].role");
+    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", 400, "messages[0].role");
+    /* a tool message needs the id of a call it answers (docs/tool_calls.md section 1) */
+    expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", 400, "messages[0].tool_call_id");
     expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content");
     expect_error(LSR_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
     const char *u = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";

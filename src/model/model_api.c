@@ -53,6 +53,20 @@ char *ls_chat_apply(const ls_model *m, const ls_message *msgs, int n, char *err,
     return ls_chat_render_gemma3((const ls_chat_msg *)msgs, n, true, err, errlen);
 }
 
+int ls_model_chat_style(const ls_model *m) {
+    return (int)ls_chat_style_of(m->tok);
+}
+
+char *ls_chat_render_style(int style, const ls_message *msgs, int n, const ls_chat_tools *tools, char *err,
+                           size_t errlen) {
+    if (style == LS_CHAT_GEMMA4) {
+        ls_chat_tool_text tt = {0};
+        if (tools) tt = (ls_chat_tool_text){tools->tools, tools->calls, tools->responses};
+        return ls_chat_render_gemma4_tools((const ls_chat_msg *)msgs, n, NULL, &tt, err, errlen);
+    }
+    return ls_chat_render_gemma3((const ls_chat_msg *)msgs, n, true, err, errlen);
+}
+
 bool ls_token_is_eog(const ls_model *m, int32_t id) {
     return ls_tokenizer_is_eog(m->tok, id);
 }

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "request.h"
+#include "tools.h"
 
 int ls_req_fail(ls_req_error *err, int status, const char *param, const char *code, const char *fmt, ...) {
     err->status = status;
@@ -332,10 +333,11 @@ static int parse_messages(const cJSON *root, ls_request *r, ls_req_error *err) {
         const char *canon = !strcmp(rs, "system") || !strcmp(rs, "developer") ? "system"
                             : !strcmp(rs, "user")                             ? "user"
                             : !strcmp(rs, "assistant")                        ? "assistant"
+                            : !strcmp(rs, "tool")                             ? "tool"
                                                                               : NULL;
         if (!canon)
             return ls_req_fail(err, 400, param, "invalid_value",
-                               "'%s' must be one of system, developer, user, assistant", param);
+                               "'%s' must be one of system, developer, user, assistant, tool", param);
         r->messages[i].role = canon; /* static string */
         snprintf(param, sizeof param, "messages[%d].content", i);
         char *content = NULL;
@@ -482,6 +484,7 @@ int ls_req_parse(ls_req_kind kind, const char *json, size_t len, ls_request *out
     double d;
     bool present = false;
     if (kind == LSR_CHAT ? parse_messages(root, out, err) : parse_prompt(root, out, err)) goto done;
+    if (kind == LSR_CHAT && ls_tools_parse(root, out, err)) goto done;
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model)) {
         ls_req_fail(err, 400, "model", "invalid_type", "'model' must be a string");
@@ -544,6 +547,7 @@ void ls_request_free(ls_request *r) {
     free(r->model);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     ls_grammar_free(r->grammar);
+    ls_tools_free(r->tools);
     ls_req_kind k = r->kind;
     memset(r, 0, sizeof *r);
     r->kind = k;

@@ -28,8 +28,8 @@ typedef enum { LSR_CHAT = 0, LSR_COMPLETION = 1 } ls_req_kind;
 
 typedef struct {
     ls_req_kind kind;
-    /* LSR_CHAT: messages (role is one of "system", "user", "assistant"; "developer" maps to
-     * "system"); strings owned by the struct. */
+    /* LSR_CHAT: messages (role is one of "system", "user", "assistant", "tool"; "developer" maps
+     * to "system"); strings owned by the struct. */
     ls_message *messages;
     int n_messages;
     /* LSR_COMPLETION: the prompt text. */
@@ -53,6 +53,9 @@ typedef struct {
     /* Structured output (response_format json_object / json_schema, json_schema): owned,
      * NULL when the output is free text. */
     ls_grammar *grammar;
+    /* Tool calls (src/server/tools.h, docs/tool_calls.md): NULL when the request has no
+     * `tools`, `tool_choice`, assistant `tool_calls` or tool messages. */
+    struct ls_tool_req *tools;
 } ls_request;
 
 typedef struct {

@@ -22,8 +22,12 @@
  * tests/data/tokenizer_bpe/chat4_golden.txt (tools/gen_chat_template_golden.py). Unlike
  * Gemma 3 it has a real system turn (content trimmed), needs no user/model alternation (the
  * template does not check it, so neither do we), strips earlier thinking from model turns,
- * and pre-closes an empty thought after the generation prompt when thinking is off. Tools,
- * tool calls/responses and image/audio parts are not rendered here. */
+ * and pre-closes an empty thought after the generation prompt when thinking is off. Image and
+ * audio parts are not rendered here. Tools (ls_chat_render_gemma4_tools) come pre-rendered in
+ * the template's native format by the server (src/server/tools.c, docs/tool_calls.md): the
+ * declarations go at the end of the system turn, a model turn starts with its calls and
+ * responses, a turn with responses and no content stays open, and then the generation prompt
+ * does not open a model turn (the model continues the turn with the responses). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,7 +213,13 @@ static void put_trimmed(chat_sb *b, const char *c) {
 }
 
 char *ls_chat_render_gemma4(const ls_chat_msg *msgs, int n, const ls_chat_opts *opts, char *err, size_t errlen) {
+    return ls_chat_render_gemma4_tools(msgs, n, opts, NULL, err, errlen);
+}
+
+char *ls_chat_render_gemma4_tools(const ls_chat_msg *msgs, int n, const ls_chat_opts *opts, const ls_chat_tool_text *tt,
+                                  char *err, size_t errlen) {
     ls_chat_opts o = opts ? *opts : ls_chat_opts_default();
+    const char *tools = tt && tt->tools && tt->tools[0] ? tt->tools : NULL;
     if (!msgs || n <= 0) {
         chat_err(err, errlen, "chat: no messages");
         return NULL;
@@ -236,23 +246,30 @@ char *ls_chat_render_gemma4(const ls_chat_msg *msgs, int n, const ls_chat_opts *
     }
     chat_sb b = {0};
     sb_puts(&b, "<bos>");
-    if (o.enable_thinking || has_system) {
+    if (o.enable_thinking || has_system || tools) {
         sb_puts(&b, "<|turn>system\n");
         if (o.enable_thinking) sb_puts(&b, "<|think|>");
         if (has_system) put_trimmed(&b, msgs[0].content);
+        if (tools) sb_puts(&b, tools);
         sb_puts(&b, "<turn|>\n");
     }
+    bool open_responses = false; /* the last turn ended with tool responses and was left open */
     for (int i = has_system ? 1 : 0; i < n; i++) {
         bool model = parse_role(msgs[i].role) == ROLE_MODEL;
+        const char *calls = tt && tt->calls ? tt->calls[i] : NULL;
+        const char *resp = tt && tt->responses ? tt->responses[i] : NULL;
         sb_puts(&b, model ? "<|turn>model\n" : "<|turn>user\n");
+        if (calls) sb_puts(&b, calls);
+        if (resp) sb_puts(&b, resp);
         if (model)
             put_stripped_thinking(&b, msgs[i].content);
         else
             put_trimmed(&b, msgs[i].content);
-        sb_puts(&b, "<turn|>\n");
+        open_responses = resp && resp[0] && !msgs[i].content[0];
+        if (!open_responses) sb_puts(&b, "<turn|>\n");
     }
     if (o.add_generation_prompt) {
-        sb_puts(&b, "<|turn>model\n");
+        if (!open_responses) sb_puts(&b, "<|turn>model\n");
         if (!o.enable_thinking && o.empty_thought) sb_puts(&b, "<|channel>thought\n<channel|>");
     }
     if (b.oom) {

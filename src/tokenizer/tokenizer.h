@@ -102,6 +102,21 @@ ls_chat_opts ls_chat_opts_default(void);
  * ls_chat_opts_default(). Malloc'ed string or NULL + message. */
 char *ls_chat_render_gemma4(const ls_chat_msg *msgs, int n, const ls_chat_opts *opts, char *err, size_t errlen);
 
+/* Tool use in the Gemma 4 template's native format, pre-rendered (src/server/tools.c,
+ * docs/tool_calls.md): `tools` ("<|tool>declaration:...<tool|>" for each tool) is put at the end
+ * of the system turn (which it opens if needed); per message i, calls[i]
+ * ("<|tool_call>call:NAME{...}<tool_call|>"...) and responses[i]
+ * ("<|tool_response>response:NAME{...}<tool_response|>"...) go before its content, and a turn
+ * with responses and empty content is left open (no "<turn|>"; if it is the last one, the
+ * generation prompt does not open a model turn either). Any member may be NULL. */
+typedef struct {
+    const char *tools;
+    const char *const *calls;
+    const char *const *responses;
+} ls_chat_tool_text;
+char *ls_chat_render_gemma4_tools(const ls_chat_msg *msgs, int n, const ls_chat_opts *opts, const ls_chat_tool_text *tt,
+                                  char *err, size_t errlen);
+
 typedef enum { LS_CHAT_UNKNOWN = 0, LS_CHAT_GEMMA3 = 3, LS_CHAT_GEMMA4 = 4 } ls_chat_style;
 /* Which template a vocabulary speaks: Gemma 4 if it has "<|turn>" and "<turn|>", Gemma 3 if
  * it has "<start_of_turn>" and "<end_of_turn>", else unknown. */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "server/request.h"
+#include "server/tools.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -41,7 +42,8 @@ static void check_request(const ls_request *r) {
         CHECK(r->n_messages > 0 && r->n_messages <= LSR_MAX_MESSAGES && r->messages);
         for (int i = 0; i < r->n_messages; i++) {
             const char *role = r->messages[i].role;
-            CHECK(!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant"));
+            CHECK(!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant") ||
+                  !strcmp(role, "tool"));
             check_str(r->messages[i].content);
         }
         CHECK(r->prompt == NULL);
@@ -67,6 +69,23 @@ static void check_request(const ls_request *r) {
     }
 }
 
+/* Tool calls (docs/tool_calls.md): an accepted request renders in both conventions (or fails
+ * with a message) and the output parser takes the request's own text. */
+static void check_tools(const ls_request *r) {
+    if (!r->tools) return;
+    for (int style = 3; style <= 4; style++) {
+        char err[256] = "";
+        char *p = ls_tools_prompt(style, r, err, sizeof err);
+        CHECK(p || err[0]);
+        ls_tool_output o;
+        int rc = ls_tools_parse_output(style, r, r->n_messages ? r->messages[r->n_messages - 1].content : "", "c", &o);
+        CHECK(rc >= -1 && rc <= 1 && (rc != 1 || o.n_calls > 0) && (rc != -1 || o.error[0]));
+        for (int i = 0; rc == 1 && i < o.n_calls; i++) check_str(o.calls[i].arguments);
+        ls_tool_output_free(&o);
+        free(p);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The parsers take (pointer, length): no terminator is promised. */
     const char *json = (const char *)data;
@@ -75,10 +94,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ls_request r;
         if (ls_req_parse(k ? LSR_COMPLETION : LSR_CHAT, json, size, &r, &e) == 0) {
             check_request(&r);
+            check_tools(&r);
             ls_request_free(&r);
         } else {
             check_error(&e);
-            CHECK(r.messages == NULL && r.prompt == NULL && r.n_stop == 0 && r.model == NULL);
+            CHECK(r.messages == NULL && r.prompt == NULL && r.n_stop == 0 && r.model == NULL && r.tools == NULL);
         }
     }
     ls_req_tokenize t;

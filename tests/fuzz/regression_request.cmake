@@ -11,6 +11,7 @@ foreach(src ${LS_SERVER_UNIT_TESTS})
   get_filename_component(name ${src} NAME_WE)
   list(APPEND LS_SERVER_TEST_TARGETS ${name})
 endforeach()
+list(APPEND LS_SERVER_TEST_TARGETS test_tool_calls) # tool calls (src/server/tools.c)
 foreach(t ${LS_SERVER_TEST_TARGETS})
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE lockstep_server)
@@ -23,12 +24,14 @@ if(LS_FUZZ AND TARGET lockstep_server)
                          -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 endif()
 # The HTTP fuzz target (tests/fuzz/fuzz_http.c) drives the server's HTTP front end itself
-# (tools/server/http.c + http_watch.c + slots.c + logprobs.c on libmicrohttpd) through socketpairs: it
-# compiles those sources in and links libmicrohttpd, in the regression build and in the libFuzzer build.
+# (tools/server/http.c + http_watch.c + slots.c + logprobs.c + tool_calls.c on libmicrohttpd) through
+# socketpairs: it compiles those sources in and links libmicrohttpd, in the regression build and in the
+# libFuzzer build.
 foreach(t fuzz_http_regression fuzz_http)
   if(TARGET ${t})
     target_sources(${t} PRIVATE ${CMAKE_SOURCE_DIR}/tools/server/http.c ${CMAKE_SOURCE_DIR}/tools/server/http_watch.c
-                                ${CMAKE_SOURCE_DIR}/tools/server/slots.c ${CMAKE_SOURCE_DIR}/tools/server/logprobs.c)
+                                ${CMAKE_SOURCE_DIR}/tools/server/slots.c ${CMAKE_SOURCE_DIR}/tools/server/logprobs.c
+                                ${CMAKE_SOURCE_DIR}/tools/server/tool_calls.c)
     target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR}/tools/server)
     target_link_libraries(${t} PRIVATE lockstep_server PkgConfig::MHD)
   endif()

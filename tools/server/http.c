@@ -487,7 +487,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     char err[512];
     char *text;
     if (kind == LSR_CHAT) {
-        text = ls_chat_apply(s->model, j->req.messages, j->req.n_messages, err, sizeof err);
+        text = srv_chat_prompt(s, j, err, sizeof err);
         if (!text) {
             srv_job_release(j);
             char msg[600];
@@ -586,7 +586,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
     if (kind == LSR_CHAT) {
         cJSON *m = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", out);
+        if (!srv_tools_message(j, m, ch)) cJSON_AddStringToObject(m, "content", out);
     } else {
         cJSON_AddStringToObject(ch, "text", out);
     }

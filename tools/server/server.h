@@ -12,6 +12,7 @@
 #include "lockstep.h"
 #include "request.h"
 #include "stop.h"
+#include "tools.h"
 
 typedef struct srv_config {
     const char *model_path, *host, *api_key, *draft_kind, *draft_path, *alias;
@@ -53,6 +54,11 @@ typedef struct srv_job {
     struct srv_lp *lp;
     int n_lp, cap_lp, lp_sent;
     size_t lp_off; /* bytes of the emitted tokens' texts so far */
+    /* Tool calls (tool_calls.c): the model family's convention, whether calls may come out,
+     * whether the stream holds the text back (it may still be a call), the parsed output. */
+    int tool_style, tool_rc;
+    bool tool_active, tool_hold;
+    ls_tool_output tool_out;
 } srv_job;
 
 typedef struct srv_slot {
@@ -133,6 +139,25 @@ int srv_lp_upto(const srv_job *j, size_t upto, bool final);
 struct cJSON *srv_lp_json(const srv_server *s, const srv_job *j, int from, int to);
 /* Put `lp` (owned) as the logprobs of a chunk's (or response's) choice 0. */
 void srv_lp_set(struct cJSON *obj, struct cJSON *lp);
+
+/* tool_calls.c (docs/tool_calls.md) */
+/* The prompt of a chat request with r->tools (sets the job's tool_* fields). */
+char *srv_tools_prompt(srv_server *s, srv_job *j, char *err, size_t errlen);
+/* A chat request's prompt: srv_tools_prompt when it uses tools, else the model's template. */
+char *srv_chat_prompt(srv_server *s, srv_job *j, char *err, size_t errlen);
+/* Streaming, caller holds j->mu: false while the text must be held back; true to stream from
+ * *from (set to 0 when held text is released). */
+bool srv_tools_stream_from(srv_job *j, size_t *from);
+/* A forced call (tool_choice required or named) is complete in the text so far, `chunk` the
+ * newest text: generation stops there, like a grammar would end it (caller holds j->mu). */
+bool srv_tools_call_done(srv_job *j, const char *chunk, size_t n);
+/* Generation ended (caller holds j->mu): parse the calls; a held stream gets its tool_calls
+ * chunk (then *held = all sent) or its text as content (*held = 0). */
+void srv_tools_finish(srv_server *s, srv_job *j, size_t *held);
+/* The response's message: content null + tool_calls (true), or false (content is the text);
+ * a malformed call adds lockstep_tool_call_error to the choice (srv_tools_choice: only that). */
+bool srv_tools_message(const srv_job *j, struct cJSON *msg, struct cJSON *choice);
+void srv_tools_choice(const srv_job *j, struct cJSON *choice);
 
 /* http.c */
 int srv_http_start(srv_server *s, char *err, size_t errlen);

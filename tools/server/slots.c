@@ -40,6 +40,7 @@ void srv_job_release(srv_job *j) {
     free(j->prompt);
     free(j->out);
     free(j->lp);
+    ls_tool_output_free(&j->tool_out);
     ls_stop_free(&j->text);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
@@ -272,11 +273,12 @@ static bool on_text(const char *text, size_t len, void *ud) {
             snprintf(j->errmsg, sizeof j->errmsg, "out of memory");
             go = false;
         } else {
-            if (j->req.stream && j->text.sent > before) {
-                stream_text(g, before, NULL, false);
+            size_t from = before;
+            if (j->req.stream && j->text.sent > before && srv_tools_stream_from(j, &from)) {
+                stream_text(g, from, NULL, false);
                 pthread_cond_broadcast(&j->cv);
             }
-            if (j->text.hit) go = false;
+            if (j->text.hit || srv_tools_call_done(j, text, len)) go = false;
         }
     } else {
         /* Refused (cancelled, shutdown, deadline): this text is not in the response, nor are
@@ -398,6 +400,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
     if (!j->text.hit) ls_stop_finish(&j->text);
     const char *sr = st.stop_reason ? st.stop_reason : "length";
     j->finish_reason = j->text.hit || !strcmp(sr, "eos") ? "stop" : "length";
+    srv_tools_finish(s, j, &held);
     if (j->req.stream) {
         /* What the stop buffer held back, then the final chunk(s) and [DONE]. */
         if (j->status) {
@@ -405,6 +408,7 @@ static void run_job(srv_slot *slot, srv_job *j) {
         } else {
             if (j->text.sent > held) stream_text(&g, held, NULL, true);
             cJSON *fin = srv_chunk(s, j, NULL, 0, j->finish_reason, false);
+            srv_tools_choice(j, cJSON_GetArrayItem(cJSON_GetObjectItem(fin, "choices"), 0));
             if (j->req.logprobs && j->lp_sent < srv_lp_upto(j, j->text.sent, true)) {
                 int to = srv_lp_upto(j, j->text.sent, true);
                 srv_lp_set(fin, srv_lp_json(s, j, j->lp_sent, to));
