@@ -476,6 +476,28 @@ static void stream_free(void *cls) {
     srv_job_release(j);
 }
 
+/* Whether the request fits the slot's context: NULL when it does, else the parameter to
+ * blame (pparam for the prompt, or "max_tokens") with the OpenAI-style message in msg. */
+static const char *context_error(const srv_server *s, const srv_job *j, const char *pparam, char *msg, size_t n) {
+    if (j->n_prompt == 0) {
+        snprintf(msg, n, "the prompt is empty");
+        return pparam;
+    }
+    if (j->n_prompt >= s->n_ctx) {
+        snprintf(msg, n, "This model's maximum context length is %d tokens. However, your prompt has %d tokens.",
+                 s->n_ctx, j->n_prompt);
+        return pparam;
+    }
+    if (j->req.max_tokens > 0 && (int64_t)j->n_prompt + j->req.max_tokens > s->n_ctx) {
+        snprintf(msg, n,
+                 "This model's maximum context length is %d tokens. However, you requested %lld tokens (%d in "
+                 "the prompt, %d in the completion).",
+                 s->n_ctx, (long long)j->n_prompt + j->req.max_tokens, j->n_prompt, j->req.max_tokens);
+        return "max_tokens";
+    }
+    return NULL;
+}
+
 static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, ls_req_kind kind, conn_ctx *cc) {
     srv_job *j = srv_job_new();
     if (!j) return send_error(s, c, 500, "out of memory", NULL, NULL);
@@ -504,24 +526,11 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
         srv_job_release(j);
         return send_error(s, c, 500, "tokenization failed", pparam, NULL);
     }
-    if (j->n_prompt == 0 || j->n_prompt >= s->n_ctx ||
-        (j->req.max_tokens > 0 && (int64_t)j->n_prompt + j->req.max_tokens > s->n_ctx)) {
-        char msg[256];
-        bool prompt_only = j->n_prompt >= s->n_ctx || j->n_prompt == 0;
-        if (j->n_prompt == 0)
-            snprintf(msg, sizeof msg, "the prompt is empty");
-        else if (prompt_only)
-            snprintf(msg, sizeof msg,
-                     "This model's maximum context length is %d tokens. However, your prompt has %d "
-                     "tokens.",
-                     s->n_ctx, j->n_prompt);
-        else
-            snprintf(msg, sizeof msg,
-                     "This model's maximum context length is %d tokens. However, you requested %lld "
-                     "tokens (%d in the prompt, %d in the completion).",
-                     s->n_ctx, (long long)j->n_prompt + j->req.max_tokens, j->n_prompt, j->req.max_tokens);
+    char cmsg[256];
+    const char *cparam = context_error(s, j, pparam, cmsg, sizeof cmsg);
+    if (cparam) {
         srv_job_release(j);
-        return send_error(s, c, 400, msg, prompt_only ? pparam : "max_tokens", "context_length_exceeded");
+        return send_error(s, c, 400, cmsg, cparam, "context_length_exceeded");
     }
     pthread_mutex_lock(&s->mu);
     unsigned long long seq = ++s->seq;

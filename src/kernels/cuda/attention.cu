@@ -64,8 +64,8 @@
 
 namespace {
 
-constexpr int CH = 256;  /* keys per chunk, aligned to absolute positions */
-constexpr int NW = 8;    /* warps of the partial kernel */
+constexpr int CH = 256; /* keys per chunk, aligned to absolute positions */
+constexpr int NW = 8;   /* warps of the partial kernel */
 constexpr int NT = NW * 32;
 constexpr int QMAX = 16; /* query vectors per block, at most */
 constexpr int CT = 128;  /* threads of the combine kernel: hd <= 4 * CT */
@@ -191,6 +191,108 @@ template <typename KT, int E> __device__ __forceinline__ void load_slice(const K
     }
 }
 
+/* The scores phase of k_attn_part: warp w takes keys w, w + 8, .. of the chunk; lanes split
+ * the dims. S[qi][kk] = (q . k) * scale for the keys a query sees, -inf for the others. */
+template <typename KT, int E, int QR, int UK>
+__device__ __forceinline__ void attn_scores(const Params &p, float *S, const int32_t *s_lo, const int32_t *s_hi,
+                                            const int64_t *s_qoff, int qcount, int32_t c0, int32_t ulo, int32_t uhi,
+                                            const KT *kb, int64_t slot_stride, int warp, int lane) {
+    float qr[QR][E];
+#pragma unroll
+    for (int qi = 0; qi < QR; qi++)
+#pragma unroll
+        for (int e = 0; e < E; e++) qr[qi][e] = qi < qcount ? p.q[s_qoff[qi] + lane * E + e] : 0.0f;
+    for (int k0 = warp; k0 < CH; k0 += NW * UK) {
+        float kv[UK][E];
+#pragma unroll
+        for (int u = 0; u < UK; u++) {
+            const int32_t key = c0 + k0 + NW * u;
+            if (key >= ulo && key <= uhi)
+                load_slice<KT, E>(kb + (int64_t)(key - p.first_pos) * slot_stride, kv[u], p.vec);
+            else
+#pragma unroll
+                for (int e = 0; e < E; e++) kv[u][e] = 0.0f;
+        }
+        constexpr int H = log2i(QR);
+#pragma unroll
+        for (int u = 0; u < UK; u++) {
+            const int kk = k0 + NW * u;
+            const int32_t key = c0 + kk;
+            if (key < ulo || key > uhi) { /* no query of the tile sees it (warp-uniform) */
+                if (lane < qcount) S[lane * CH + kk] = -INFINITY;
+                continue;
+            }
+            /* every query vector of the register tile, branch-free (padding vectors are
+             * zeros); the mask is applied after */
+            float a[QR];
+#pragma unroll
+            for (int qi = 0; qi < QR; qi++) {
+                a[qi] = 0.0f;
+#pragma unroll
+                for (int e = 0; e < E; e++) a[qi] = fmaf(kv[u][e], qr[qi][e], a[qi]);
+            }
+            const float dot = warp_sum_multi<QR>(a, lane);
+            const int qi = lane >> (5 - H);
+            if ((lane & ((32 >> H) - 1)) == 0 && qi < qcount)
+                S[qi * CH + kk] = key >= s_lo[qi] && key <= s_hi[qi] ? __fmul_rn(dot, p.scale) : -INFINITY;
+        }
+    }
+}
+
+/* Chunk max, probabilities (in place in S) and chunk sum of each query vector: one warp per
+ * query vector, fixed orders (docs/cuda.md section 2). */
+__device__ __forceinline__ void attn_softmax(float *S, const int32_t *s_lo, const int32_t *s_hi, float *s_mx,
+                                             float *s_sum, int qcount, int warp, int lane) {
+    for (int qi = warp; qi < qcount; qi += NW) {
+        if (s_lo[qi] > s_hi[qi]) continue; /* warp-uniform */
+        float *row = S + qi * CH;
+        float v[CH / 32];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < CH / 32; i++) {
+            v[i] = row[lane + 32 * i];
+            mx = fmaxf(mx, v[i]);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CH / 32; i++) {
+            const float e = expf(__fsub_rn(v[i], mx)); /* exactly 0 for masked keys */
+            row[lane + 32 * i] = e;
+            sum = __fadd_rn(sum, e);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+        if (lane == 0) {
+            s_mx[qi] = mx;
+            s_sum[qi] = sum;
+        }
+    }
+}
+
+/* The block's results: o of each query vector (the 8 warp partials added in warp order;
+ * element (qi, e, l) is dim l * E + e), its chunk max and sum. */
+template <int E>
+__device__ __forceinline__ void attn_store(const Params &p, const float *Op, const int32_t *s_lo, const int32_t *s_hi,
+                                           const int64_t *s_slot, const float *s_mx, const float *s_sum, int qcount,
+                                           int tid) {
+    constexpr int hd = 32 * E;
+    for (int o = tid; o < qcount * hd; o += NT) {
+        const int qi = o / hd, r = o - qi * hd;
+        if (s_lo[qi] > s_hi[qi]) continue;
+        float v = Op[(size_t)qi * hd + r];
+#pragma unroll
+        for (int w = 1; w < NW; w++) v = __fadd_rn(v, Op[((size_t)w * p.qn + qi) * hd + r]);
+        const int e = r >> 5, l = r & 31;
+        p.part_o[s_slot[qi] * hd + l * E + e] = v;
+    }
+    if (tid < qcount && s_lo[tid] <= s_hi[tid]) {
+        p.part_ml[2 * s_slot[tid]] = s_mx[tid];
+        p.part_ml[2 * s_slot[tid] + 1] = s_sum[tid];
+    }
+}
+
 /* QR: the register tile of query vectors (qn <= QR); UK: keys a warp loads before using
  * them. Neither changes any query's arithmetic (see warp_sum_multi; a warp's keys are
  * summed in increasing position whatever UK), so the variant picked for a launch, which
@@ -200,10 +302,10 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
     constexpr int hd = 32 * E;
     extern __shared__ float4 smem4[];
     float *const S = reinterpret_cast<float *>(smem4); /* [qn][CH] scores, then probabilities */
-    float *const Op = S + p.qn * CH;                  /* [NW][qn][E][32] warp partials of o */
-    __shared__ int32_t s_lo[QMAX], s_hi[QMAX];        /* visible keys of the chunk, absolute */
-    __shared__ int64_t s_qoff[QMAX];                  /* query vector offset in q (floats) */
-    __shared__ int64_t s_slot[QMAX];                  /* partial slot: (r * n_head + h) * nch + cc */
+    float *const Op = S + p.qn * CH;                   /* [NW][qn][E][32] warp partials of o */
+    __shared__ int32_t s_lo[QMAX], s_hi[QMAX];         /* visible keys of the chunk, absolute */
+    __shared__ int64_t s_qoff[QMAX];                   /* query vector offset in q (floats) */
+    __shared__ int64_t s_slot[QMAX];                   /* partial slot: (r * n_head + h) * nch + cc */
     __shared__ float s_mx[QMAX], s_sum[QMAX];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -239,78 +341,10 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
     const KT *const kb = reinterpret_cast<const KT *>(p.k) + (int64_t)kvh * hd + lane * E;
     const KT *const vb = reinterpret_cast<const KT *>(p.v) + (int64_t)kvh * hd + lane * E;
 
-    /* ---- scores: warp w takes keys w, w + 8, ..; lanes split the dims ---- */
-    {
-        float qr[QR][E];
-#pragma unroll
-        for (int qi = 0; qi < QR; qi++)
-#pragma unroll
-            for (int e = 0; e < E; e++) qr[qi][e] = qi < qcount ? p.q[s_qoff[qi] + lane * E + e] : 0.0f;
-        for (int k0 = warp; k0 < CH; k0 += NW * UK) {
-            float kv[UK][E];
-#pragma unroll
-            for (int u = 0; u < UK; u++) {
-                const int32_t key = c0 + k0 + NW * u;
-                if (key >= ulo && key <= uhi)
-                    load_slice<KT, E>(kb + (int64_t)(key - p.first_pos) * slot_stride, kv[u], p.vec);
-                else
-#pragma unroll
-                    for (int e = 0; e < E; e++) kv[u][e] = 0.0f;
-            }
-            constexpr int H = log2i(QR);
-#pragma unroll
-            for (int u = 0; u < UK; u++) {
-                const int kk = k0 + NW * u;
-                const int32_t key = c0 + kk;
-                if (key < ulo || key > uhi) { /* no query of the tile sees it (warp-uniform) */
-                    if (lane < qcount) S[lane * CH + kk] = -INFINITY;
-                    continue;
-                }
-                /* every query vector of the register tile, branch-free (padding vectors are
-                 * zeros); the mask is applied after */
-                float a[QR];
-#pragma unroll
-                for (int qi = 0; qi < QR; qi++) {
-                    a[qi] = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < E; e++) a[qi] = fmaf(kv[u][e], qr[qi][e], a[qi]);
-                }
-                const float dot = warp_sum_multi<QR>(a, lane);
-                const int qi = lane >> (5 - H);
-                if ((lane & ((32 >> H) - 1)) == 0 && qi < qcount)
-                    S[qi * CH + kk] = key >= s_lo[qi] && key <= s_hi[qi] ? __fmul_rn(dot, p.scale) : -INFINITY;
-            }
-        }
-    }
+    attn_scores<KT, E, QR, UK>(p, S, s_lo, s_hi, s_qoff, qcount, c0, ulo, uhi, kb, slot_stride, warp, lane);
     __syncthreads();
 
-    /* ---- chunk max, probabilities, chunk sum: one warp per query vector ---- */
-    for (int qi = warp; qi < qcount; qi += NW) {
-        if (s_lo[qi] > s_hi[qi]) continue; /* warp-uniform */
-        float *row = S + qi * CH;
-        float v[CH / 32];
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < CH / 32; i++) {
-            v[i] = row[lane + 32 * i];
-            mx = fmaxf(mx, v[i]);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < CH / 32; i++) {
-            const float e = expf(__fsub_rn(v[i], mx)); /* exactly 0 for masked keys */
-            row[lane + 32 * i] = e;
-            sum = __fadd_rn(sum, e);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
-        if (lane == 0) {
-            s_mx[qi] = mx;
-            s_sum[qi] = sum;
-        }
-    }
+    attn_softmax(S, s_lo, s_hi, s_mx, s_sum, qcount, warp, lane);
     __syncthreads();
 
     /* ---- o: warp w sums its keys (w, w + 8, .. in increasing position) ---- */
@@ -325,7 +359,8 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
 #pragma unroll
             for (int u = 0; u < UK; u++) {
                 const int32_t key = c0 + k0 + NW * u;
-                if (key >= ulo && key <= uhi) load_slice<KT, E>(vb + (int64_t)(key - p.first_pos) * slot_stride, vv[u], p.vec);
+                if (key >= ulo && key <= uhi)
+                    load_slice<KT, E>(vb + (int64_t)(key - p.first_pos) * slot_stride, vv[u], p.vec);
             }
 #pragma unroll
             for (int u = 0; u < UK; u++) {
@@ -350,20 +385,7 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
         }
     }
     __syncthreads();
-    /* the 8 warp partials, added in warp order; element (qi, e, l) is dim l * E + e */
-    for (int o = tid; o < qcount * hd; o += NT) {
-        const int qi = o / hd, r = o - qi * hd;
-        if (s_lo[qi] > s_hi[qi]) continue;
-        float v = Op[(size_t)qi * hd + r];
-#pragma unroll
-        for (int w = 1; w < NW; w++) v = __fadd_rn(v, Op[((size_t)w * p.qn + qi) * hd + r]);
-        const int e = r >> 5, l = r & 31;
-        p.part_o[s_slot[qi] * hd + l * E + e] = v;
-    }
-    if (tid < qcount && s_lo[tid] <= s_hi[tid]) {
-        p.part_ml[2 * s_slot[tid]] = s_mx[tid];
-        p.part_ml[2 * s_slot[tid] + 1] = s_sum[tid];
-    }
+    attn_store<E>(p, Op, s_lo, s_hi, s_slot, s_mx, s_sum, qcount, tid);
 }
 
 __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
@@ -424,8 +446,9 @@ template <typename KT, int QR> part_fn part_kernel_q(int E) {
     switch (E) {
 #define LSC_E(n)                                                                                                       \
     case n: return k_attn_part<KT, n, (QR > qr_for(n) ? qr_for(n) : QR), uk_for(n, QR > qr_for(n) ? qr_for(n) : QR)>;
-        LSC_E(1) LSC_E(2) LSC_E(3) LSC_E(4) LSC_E(5) LSC_E(6) LSC_E(7) LSC_E(8)
-        LSC_E(9) LSC_E(10) LSC_E(11) LSC_E(12) LSC_E(13) LSC_E(14) LSC_E(15) LSC_E(16)
+        LSC_E(1)
+        LSC_E(2) LSC_E(3) LSC_E(4) LSC_E(5) LSC_E(6) LSC_E(7) LSC_E(8) LSC_E(9) LSC_E(10) LSC_E(11) LSC_E(12) LSC_E(13)
+            LSC_E(14) LSC_E(15) LSC_E(16)
 #undef LSC_E
     }
     return nullptr;
@@ -442,8 +465,10 @@ void ls_cuda_attention_init(void) {
     for (int E = 1; E <= 16; E++) {
         const int bytes = (int)part_smem_bytes(32 * E, qr_for(E));
         for (int qn : {QR_SMALL, qr_for(E)}) {
-            LSC_CHECK(cudaFuncSetAttribute(part_kernel<float>(E, qn), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-            LSC_CHECK(cudaFuncSetAttribute(part_kernel<__half>(E, qn), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+            LSC_CHECK(
+                cudaFuncSetAttribute(part_kernel<float>(E, qn), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+            LSC_CHECK(
+                cudaFuncSetAttribute(part_kernel<__half>(E, qn), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         }
     }
 }
@@ -518,15 +543,15 @@ void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]) {
     }
 }
 
-void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes) {
+void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch,
+                       size_t scratch_bytes) {
     if (a->m <= 0) return;
     if (!((a->hd >= 32 && a->hd <= 512 && a->hd % 32 == 0) || (a->hd >= 1 && a->hd < 32)))
         LSC_FATAL("attention: head dim %d unsupported (1..31, or 32..512 a multiple of 32)", (int)a->hd);
     if (!(a->n_head > 0 && a->n_kv > 0 && a->n_head % a->n_kv == 0))
         LSC_FATAL("attention: n_head %d / n_kv %d", (int)a->n_head, (int)a->n_kv);
     if (!(a->first_pos >= 0 && a->n_slots >= 0 && a->window >= 0))
-        LSC_FATAL("attention: first_pos %d, n_slots %d, window %d", (int)a->first_pos, (int)a->n_slots,
-                  (int)a->window);
+        LSC_FATAL("attention: first_pos %d, n_slots %d, window %d", (int)a->first_pos, (int)a->n_slots, (int)a->window);
 
     Params p;
     p.q = a->q;
@@ -569,9 +594,10 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
         const size_t per_row = (size_t)a->n_head * (size_t)p.nch * ((size_t)a->hd + 2) * sizeof(float);
         const int64_t fit = (int64_t)(scratch_bytes / per_row);
         if (fit < 1)
-            LSC_FATAL("attention: one row needs %zu bytes of scratch (n_head %d, hd %d, %d slots), the backend has %zu: "
-                      "created with too small max_cols / max_keys",
-                      per_row, (int)a->n_head, (int)a->hd, (int)a->n_slots, scratch_bytes);
+            LSC_FATAL(
+                "attention: one row needs %zu bytes of scratch (n_head %d, hd %d, %d slots), the backend has %zu: "
+                "created with too small max_cols / max_keys",
+                per_row, (int)a->n_head, (int)a->hd, (int)a->n_slots, scratch_bytes);
         if (rows > fit) rows = fit;
         const int64_t ymax = 65535LL * QR / p.group;
         if (rows > ymax) rows = ymax;

@@ -147,6 +147,45 @@ struct MinBlocks<TQ6_K> {
     static constexpr int v = 2;
 };
 
+/* The weight rows n .. n + NW - 1 of a lane (rows past N read a copy of the last row, never
+ * stored) and their MLX scale / bias rows. */
+__device__ __forceinline__ void lane_rows(const Ctx &c, int64_t n, const uint8_t *(&rowp)[NW],
+                                          const uint8_t *(&sbp)[NW], const uint8_t *(&bbp)[NW]) {
+#pragma unroll
+    for (int i = 0; i < NW; i++) {
+        const int64_t nrow = n + i < c.N ? n + i : c.N - 1;
+        rowp[i] = c.w + (size_t)nrow * c.row_bytes;
+        const int sbz = c.sb_kind == 0 ? 4 : 2; /* MLX scales / biases of the row */
+        sbp[i] = c.sc ? c.sc + (size_t)nrow * c.ng * sbz : nullptr;
+        bbp[i] = c.bi ? c.bi + (size_t)nrow * c.ng * sbz : nullptr;
+    }
+}
+
+/* The fixed combine: the two chains of each output, an xor butterfly over the 8 k-lanes,
+ * then k-warp 0 + k-warp 1; stores the block's outputs. */
+__device__ __forceinline__ void combine_store(const float (&acc)[NW][R][2], float (&red)[KW][R][BN], int nr, int kw,
+                                              int kl, int rl0, const Ctx &c, int64_t m0, int64_t n0, float *y) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= nr) break;
+#pragma unroll
+        for (int i = 0; i < NW; i++) {
+            float v = acc[i][r][0] + acc[i][r][1];
+            v = v + __shfl_xor_sync(0xffffffffu, v, 1);
+            v = v + __shfl_xor_sync(0xffffffffu, v, 2);
+            v = v + __shfl_xor_sync(0xffffffffu, v, 4);
+            if (kl == 0) red[kw][r][rl0 + i] = v;
+        }
+    }
+    __syncthreads();
+    const int tid = threadIdx.x;
+    if (tid < nr * BN) {
+        const int r = tid / BN, nl = tid % BN;
+        const int64_t n = n0 + nl;
+        if (n < c.N) y[(m0 + r) * c.N + n] = red[0][r][nl] + red[1][r][nl];
+    }
+}
+
 template <class T>
 __global__ void __launch_bounds__(THREADS, MinBlocks<T>::v)
     mm_kernel(const Ctx c, const float *__restrict__ x, float *__restrict__ y, int64_t M, int x16) {
@@ -202,15 +241,7 @@ __global__ void __launch_bounds__(THREADS, MinBlocks<T>::v)
 
     /* this lane's weight rows */
     const uint8_t *rowp[NW], *sbp[NW], *bbp[NW];
-#pragma unroll
-    for (int i = 0; i < NW; i++) {
-        const int64_t n = n0 + rl0 + i;
-        const int64_t nrow = n < c.N ? n : c.N - 1; /* rows past N compute a copy of the last row, not stored */
-        rowp[i] = c.w + (size_t)nrow * c.row_bytes;
-        const int sbz = c.sb_kind == 0 ? 4 : 2; /* MLX scales / biases of the row */
-        sbp[i] = c.sc ? c.sc + (size_t)nrow * c.ng * sbz : nullptr;
-        bbp[i] = c.bi ? c.bi + (size_t)nrow * c.ng * sbz : nullptr;
-    }
+    lane_rows(c, n0 + rl0, rowp, sbp, bbp);
 
     float acc[NW][R][2]; /* two chains per output: even and odd quad groups */
 #pragma unroll
@@ -272,25 +303,7 @@ __global__ void __launch_bounds__(THREADS, MinBlocks<T>::v)
         else main_loop(I0{}, std::false_type{});
     }
 
-    /* fixed combine: xor butterfly over the 8 k-lanes, then k-warp 0 + k-warp 1 */
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (r >= nr) break;
-#pragma unroll
-        for (int i = 0; i < NW; i++) {
-            float v = acc[i][r][0] + acc[i][r][1];
-            v = v + __shfl_xor_sync(0xffffffffu, v, 1);
-            v = v + __shfl_xor_sync(0xffffffffu, v, 2);
-            v = v + __shfl_xor_sync(0xffffffffu, v, 4);
-            if (kl == 0) red[kw][r][rl0 + i] = v;
-        }
-    }
-    __syncthreads();
-    if (tid < nr * BN) {
-        const int r = tid / BN, nl = tid % BN;
-        const int64_t n = n0 + nl;
-        if (n < c.N) y[(m0 + r) * c.N + n] = red[0][r][nl] + red[1][r][nl];
-    }
+    combine_store(acc, red, nr, kw, kl, rl0, c, m0, n0, y);
 }
 
 /* get_rows: one thread per 32-element group of a row, the reference's expressions. */
