@@ -58,6 +58,7 @@ namespace {
 using namespace ls::q;
 using ls::mmq::kw_of;
 using ls::mmq::Meta;
+using ls::mmq::spread_nibble;
 using ls::mmq::QB;
 using ls::mmq::XB_BYTES;
 
@@ -398,9 +399,6 @@ struct QQ6_K {
  * (no bias term: S - off (V0 + V1), an exact integer) or d q + m (bias m X). Small Gemma
  * GGUFs keep these types where a row is not a multiple of 256 (the 270M model's 640-wide
  * projections are Q5_0). */
-__device__ __forceinline__ uint32_t spread_nibble(uint32_t n) { /* bit i of n -> bit 4 of byte i */
-    return (((n & 0xfu) * 0x00204081u) & 0x01010101u) << 4;
-}
 template <bool HM, bool HH>
 struct QLegacy {
     static constexpr int XB = 1;

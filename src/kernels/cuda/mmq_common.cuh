@@ -42,6 +42,11 @@ struct Meta {
     int v0, v1;
 };
 
+/* Bit i of n (i < 4) to bit 4 of byte i: the fifth bits of four Q5_0 / Q5_1 codes. */
+__device__ __forceinline__ uint32_t spread_nibble(uint32_t n) {
+    return (((n & 0xfu) * 0x00204081u) & 0x01010101u) << 4;
+}
+
 /* k-warps of a weight: enough lane chunks for each (>= 2 per lane) before splitting. */
 inline int kw_of(int nch) {
     return nch >= 4 * 64 ? 4 : nch >= 2 * 64 ? 2 : 1;

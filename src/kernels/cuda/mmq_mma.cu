@@ -30,6 +30,7 @@ namespace {
 
 using namespace ls::q;
 using ls::mmq::Meta;
+using ls::mmq::spread_nibble;
 using ls::mmq::QB;
 using ls::mmq::XB_BYTES;
 
@@ -63,6 +64,16 @@ struct WBlk {
     float a, b;
 };
 
+/* An MLX row's scale and bias of group g (f32, f16 or bf16 storage): the block's factors. */
+__device__ __forceinline__ void mlx_scale_bias(WBlk &o, const Ctx &c, int n, int g) {
+    const int sbz = c.sb_kind == 0 ? 4 : 2;
+    const uint8_t *sc = c.sc + (size_t)n * c.ng * sbz, *bi = c.bi + (size_t)n * c.ng * sbz;
+    const uint32_t s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
+    const uint32_t b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
+    o.a = c.sb_kind == 0 ? __uint_as_float(s) : c.sb_kind == 1 ? f16f(s) : bf16f(s);
+    o.b = c.sb_kind == 0 ? __uint_as_float(b) : c.sb_kind == 1 ? f16f(b) : bf16f(b);
+}
+
 /* Per-type loaders: fill XB WBlk for chunk ci of a row. Each mirrors mmq.cu's load + prep
  * for the same type (the f32 factors are the same expressions on the same bytes). */
 struct MMlx4 {
@@ -74,13 +85,7 @@ struct MMlx4 {
         const uint32_t q = ldw(row + 16 * ci + 4 * t4);
         o[0].lo = q & 0x0f0f0f0fu;
         o[0].hi = (q >> 4) & 0x0f0f0f0fu;
-        const int sbz = c.sb_kind == 0 ? 4 : 2;
-        const uint8_t *sc = c.sc + (size_t)n * c.ng * sbz, *bi = c.bi + (size_t)n * c.ng * sbz;
-        const int g = ci >> c.gshift;
-        const uint32_t s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
-        const uint32_t b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
-        o[0].a = c.sb_kind == 0 ? __uint_as_float(s) : c.sb_kind == 1 ? f16f(s) : bf16f(s);
-        o[0].b = c.sb_kind == 0 ? __uint_as_float(b) : c.sb_kind == 1 ? f16f(b) : bf16f(b);
+        mlx_scale_bias(o[0], c, n, ci >> c.gshift);
     }
 };
 
@@ -92,13 +97,7 @@ struct MMlx8 {
         const uint8_t *row = c.w + (size_t)n * c.row_bytes;
         o[0].lo = ldw(row + 32 * ci + 8 * t4);
         o[0].hi = ldw(row + 32 * ci + 8 * t4 + 4);
-        const int sbz = c.sb_kind == 0 ? 4 : 2;
-        const uint8_t *sc = c.sc + (size_t)n * c.ng * sbz, *bi = c.bi + (size_t)n * c.ng * sbz;
-        const int g = ci >> c.gshift;
-        const uint32_t s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
-        const uint32_t b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
-        o[0].a = c.sb_kind == 0 ? __uint_as_float(s) : c.sb_kind == 1 ? f16f(s) : bf16f(s);
-        o[0].b = c.sb_kind == 0 ? __uint_as_float(b) : c.sb_kind == 1 ? f16f(b) : bf16f(b);
+        mlx_scale_bias(o[0], c, n, ci >> c.gshift);
     }
 };
 
@@ -169,9 +168,6 @@ struct MQ6_K {
 
 /* Legacy blocks of 32 (mmq.cu's QLegacy): thread t4 takes elements 8 t4 .. 8 t4 + 7, the
  * low (t4 < 2) or high (t4 >= 2) nibbles of qs[8 (t4 & 1) ..], fifth bits from qh. */
-__device__ __forceinline__ uint32_t spread_nibble(uint32_t n) { /* bit i of n -> bit 4 of byte i */
-    return (((n & 0xfu) * 0x00204081u) & 0x01010101u) << 4;
-}
 template <bool HM, bool HH>
 struct MLegacy {
     static constexpr int XB = 1;
