@@ -4,7 +4,7 @@
 # network: llama-bench, llama-server, llama-lookup and tools/llama_logits (llama-logits: float32
 # logits of every position of a token sequence, the format `lockstep logits` writes).
 #
-#   bash scripts/build-llama-cuda.sh TARBALL OUTDIR [--cpu] [--native] [--jobs N] [--targets "T1 T2 ..."]
+#   bash scripts/build-llama-cuda.sh TARBALL OUTDIR [--cpu] [--native|--avx512] [--jobs N] [--targets "T1 T2 ..."]
 #
 #   TARBALL   llama.cpp source as .tar.xz / .tar.gz / .tar (one top-level folder), or a source
 #             folder (used in place, nothing is extracted)
@@ -17,6 +17,9 @@
 #             -march=native on a host (or VM) that lists AMX but cannot run it compiles ggml's
 #             AMX matmul in, and the pure-CPU reference (llama-logits -ngl 0) dies of SIGILL
 #             (seen on the 2-core project machine). The GPU code is the same either way.
+#   --avx512  the fastest CPU code such a host can run: AVX2 + FMA + F16C + BMI2 + AVX-512 (F, BW,
+#             VL, DQ, VBMI, VNNI, BF16) + AVX-VNNI, AMX off. The CPU peer of docs/benchmarks.md on
+#             the project machine (an AVX-512 Xeon whose VM lists AMX but faults on it).
 #   --jobs N  parallel compile jobs (default: nproc)
 #   --targets the llama.cpp targets to build (default "llama-bench llama-server llama-lookup";
 #             "" builds only the libraries llama-logits needs)
@@ -29,7 +32,7 @@
 # Prints the configure and build times last. Exit status non-zero when any step failed.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-usage() { echo "usage: $0 TARBALL OUTDIR [--cpu] [--native] [--jobs N] [--targets \"llama-bench llama-server llama-lookup\"]" >&2; exit 2; }
+usage() { echo "usage: $0 TARBALL OUTDIR [--cpu] [--native|--avx512] [--jobs N] [--targets \"llama-bench llama-server llama-lookup\"]" >&2; exit 2; }
 [ $# -ge 2 ] || usage
 TARBALL=$1; OUT=$2; shift 2
 CUDA=ON
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) CUDA=OFF; shift ;;
     --native) NATIVE=ON; shift ;;
+    --avx512) NATIVE=AVX512; shift ;;
     --jobs) JOBS=$2; shift 2 ;;
     --targets) TARGETS=$2; shift 2 ;;
     *) usage ;;
@@ -123,6 +127,10 @@ fi
 case "$(uname -m)" in
   x86_64|amd64)
     if [ "$NATIVE" = ON ]; then FLAGS+=(-DGGML_NATIVE=ON)
+    elif [ "$NATIVE" = AVX512 ]; then
+      FLAGS+=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+              -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+              -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
     else FLAGS+=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
                  -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF); fi ;;
   *) FLAGS+=(-DGGML_NATIVE=ON) ;;
@@ -190,5 +198,5 @@ else
 fi
 
 say ""
-say "llama.cpp ($( [ "$CUDA" = ON ] && echo "CUDA sm_90" || echo "CPU only"), CPU code $(echo "${FLAGS[*]}" | grep -q 'GGML_NATIVE=ON' && echo native || echo "x86-64 AVX2")) in $OUT: $(cd "$OUT" && ls -1 $TARGETS llama-logits | tr '\n' ' ')"
+say "llama.cpp ($( [ "$CUDA" = ON ] && echo "CUDA sm_90" || echo "CPU only"), CPU code $(echo "${FLAGS[*]}" | grep -q 'GGML_NATIVE=ON' && echo native || { echo "${FLAGS[*]}" | grep -q "GGML_AVX512=ON" && echo "x86-64 AVX-512 + VNNI" || echo "x86-64 AVX2"; })) in $OUT: $(cd "$OUT" && ls -1 $TARGETS llama-logits | tr '\n' ' ')"
 say "build time: configure ${T_CONF} s, build ${T_BUILD} s (-j $JOBS, $GEN), llama-logits ${T_LOGITS} s; total $(( $(date +%s) - T_START )) s"

@@ -135,7 +135,7 @@ static void run_type(ls_type t, const int64_t Ks[2]) {
                     }
                 }
             }
-            for (int isa = 0; isa <= (avx2 ? 1 : 0); isa++)
+            for (int isa = 0; isa <= (int)ls_cpu_isa_hw(); isa++)
                 for (int p = 0; p < 3; p++)
                     for (int64_t M = 1; M <= M_MAX; M++) {
                         check_batch((ls_isa)isa, pools[p], t, W, K, X, xs, 0, M, ref, Y, ys, scratch);

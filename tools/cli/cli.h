@@ -26,7 +26,7 @@ const char *cli_default_model_path(void);
  * and the documented environment variables they override. */
 typedef struct {
     const char *device;         /* --device cpu|cuda|auto; NULL = auto */
-    const char *isa;            /* --isa auto|scalar, LOCKSTEP_ISA */
+    const char *isa;            /* --isa auto|avx2|scalar, LOCKSTEP_ISA */
     bool cuda_graphs;           /* off: --no-cuda-graphs, LOCKSTEP_CUDA_GRAPHS=0 */
     bool probe_cache;           /* off: --no-probe-cache, LOCKSTEP_PROBE_CACHE=0 */
     char probe_cache_dir[1024]; /* $XDG_CACHE_HOME/lockstep/probe or ~/.cache/lockstep/probe */

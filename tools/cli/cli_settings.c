@@ -43,7 +43,7 @@ static bool parse_fault(const char *v) {
 
 static bool settings_from_env(void) {
     const char *isa = getenv("LOCKSTEP_ISA");
-    if (isa && !strcmp(isa, "scalar")) cli_cfg.isa = "scalar";
+    if (isa && (!strcmp(isa, "scalar") || !strcmp(isa, "avx2"))) cli_cfg.isa = isa;
     if (env_off("LOCKSTEP_CUDA_GRAPHS")) cli_cfg.cuda_graphs = false;
     if (env_off("LOCKSTEP_PROBE_CACHE")) cli_cfg.probe_cache = false;
     cli_cfg.probe_trace = env_on("LOCKSTEP_PROBE_TRACE");

@@ -11,7 +11,7 @@ void ls_axpy_f16_scalar(float *out, float w, const uint16_t *v, int64_t n) {
 }
 
 void ls_axpy_f16(float *out, float w, const uint16_t *v, int64_t n) {
-    if (ls_cpu_isa() == LS_ISA_AVX2)
+    if (ls_cpu_isa() >= LS_ISA_AVX2)
         ls_axpy_f16_avx2(out, w, v, n);
     else
         ls_axpy_f16_scalar(out, w, v, n);

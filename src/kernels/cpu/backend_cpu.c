@@ -362,7 +362,7 @@ fail:
 }
 
 const char *ls_backend_cpu_isa_name(void) {
-    return ls_cpu_isa() == LS_ISA_AVX2 ? "cpu-avx2" : "cpu-scalar";
+    return ls_cpu_isa() == LS_ISA_AVX512 ? "cpu-avx512" : ls_cpu_isa() == LS_ISA_AVX2 ? "cpu-avx2" : "cpu-scalar";
 }
 
 /* ---- the CPU device kind ---------------------------------------------------------- */

@@ -19,12 +19,16 @@
 #include "kernels/backend.h"
 #include "kernels/types.h"
 
-typedef enum { LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1 } ls_isa;
+/* Ordered: each level runs everything of the one below. AVX512: AVX2 plus AVX-512 F/BW/VL
+ * and VNNI, used by the Q4_0 / Q5_0 / Q8_0 tiles (tile_avx512.c); the rest stays AVX2. */
+typedef enum { LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1, LS_ISA_AVX512 = 2 } ls_isa;
 
 /* Best ISA this CPU supports (runtime check), or scalar when forced (ls_cpu_isa_set); chosen
  * once per process, at the first call. */
 ls_isa ls_cpu_isa(void);
-/* "auto" (or NULL) or "scalar" (ls_test_control LS_TESTCTL_ISA). LS_ERR_ARG for another
+/* What the hardware runs, whatever was forced. */
+ls_isa ls_cpu_isa_hw(void);
+/* "auto" (or NULL), "avx2" (no AVX-512 kernels) or "scalar" (ls_test_control LS_TESTCTL_ISA). LS_ERR_ARG for another
  * name; LS_ERR when the ISA is already chosen and differs. */
 int ls_cpu_isa_set(const char *isa);
 
@@ -126,6 +130,22 @@ ls_gemm8_fn ls_gemm8_avx2_get(ls_type wt);
 typedef void (*ls_tile_fn)(int64_t k, const void *w, size_t w_stride, int64_t nrows, const void *act, size_t act_stride,
                            int nact, float *y, int64_t y_stride);
 ls_tile_fn ls_tile_avx2_get(ls_type wt);
+
+/* Activation rows for the AVX-512 VNNI tiles (tile_avx512.c): the bytes of
+ * ls_quantize_act_row(LS_TYPE_Q8_0) rearranged per 32-element block so that the tile needs
+ * no shuffle: q[g] holds in 32-bit lane h * 4 + r the values 16 h + 4 g .. + 3 (the same for
+ * every r), neg_sum[h * 4 + r] = -(sum of the block's half h), d = the block scale as float. */
+typedef struct {
+    int8_t q[4][32];
+    int32_t neg_sum[8];
+    float d;
+    uint8_t pad[28];
+} ls_act_q8v_block;
+size_t ls_act_q8v_row_size(int64_t k);
+void ls_quantize_act_row_q8v(const float *x, void *dst, int64_t k);
+/* Tiles for Q4_0 / Q5_0 / Q8_0 against ls_act_q8v_block rows; NULL for other types or when
+ * the library was built without AVX-512 support. Same contract as ls_tile_fn. */
+ls_tile_fn ls_tile_avx512_get(ls_type wt);
 
 /* ---- MLX affine-quantized weights (mlx_affine.c, mlx_affine_avx2.c; docs/gemma.md 6.4) ----
  * A weight is an ls_weight of type LS_TYPE_MLX_AFFINE: packed rows (LSB-first bit stream,

@@ -52,7 +52,7 @@ float ls_dot_bf16_f32_scalar(const uint16_t *a_bf16, const float *b, int64_t n) 
 
 float ls_dot_f32_isa(ls_isa isa, const float *a, const float *b, int64_t n) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa == LS_ISA_AVX2) return ls_dot_f32_avx2(a, b, n);
+    if (isa >= LS_ISA_AVX2) return ls_dot_f32_avx2(a, b, n);
 #endif
     (void)isa;
     return ls_dot_f32_scalar(a, b, n);
@@ -60,7 +60,7 @@ float ls_dot_f32_isa(ls_isa isa, const float *a, const float *b, int64_t n) {
 
 float ls_dot_f16_f32_isa(ls_isa isa, const uint16_t *a_f16, const float *b, int64_t n) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa == LS_ISA_AVX2) return ls_dot_f16_f32_avx2(a_f16, b, n);
+    if (isa >= LS_ISA_AVX2) return ls_dot_f16_f32_avx2(a_f16, b, n);
 #endif
     (void)isa;
     return ls_dot_f16_f32_scalar(a_f16, b, n);
@@ -124,7 +124,7 @@ void ls_gelu_mul_scalar(float *g, const float *u, int64_t n) {
 
 void ls_gelu_mul(float *g, const float *u, int64_t n) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (dot_isa() == LS_ISA_AVX2) {
+    if (dot_isa() >= LS_ISA_AVX2) {
         ls_gelu_mul_avx2(g, u, n);
         return;
     }

@@ -7,7 +7,9 @@
  *  - threads split N (output columns) in groups of 8 rows; K is never split;
  *  - Q4_0/Q5_0/Q8_0 use the tile kernels (ls_tile_fn): four (row, activation) outputs
  *    per register, each running the single-row kernel's float sequence whatever the
- *    tile shape, so any M, any tiling and any thread split give the same bits;
+ *    tile shape, so any M, any tiling and any thread split give the same bits; on a CPU
+ *    with AVX-512 VNNI the tiles of tile_avx512.c, whose activation rows are the same
+ *    Q8_0 bytes laid out for them (ls_quantize_act_row_q8v);
  *  - the eight-row AVX2 kernels run the single-row kernel's float sequence per lane for
  *    any number (1..4) of activation rows at once, and the leftover rows (N % 8) use the
  *    single-row kernel itself, so an output gives the same bits whether it lands in an
@@ -53,10 +55,16 @@ typedef struct {
     uint8_t *A; /* [M][a_row bytes] */
     size_t a_row;
     ls_type act;
+    int q8v; /* the AVX-512 tiles' layout of the Q8_0 bytes */
 } mm_quant_job;
 
 static void mm_quant_rows(const mm_quant_job *q, int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; m++) ls_quantize_act_row(q->act, q->X + m * q->x_stride, q->A + m * q->a_row, q->K);
+    for (int64_t m = m0; m < m1; m++) {
+        if (q->q8v)
+            ls_quantize_act_row_q8v(q->X + m * q->x_stride, q->A + m * q->a_row, q->K);
+        else
+            ls_quantize_act_row(q->act, q->X + m * q->x_stride, q->A + m * q->a_row, q->K);
+    }
 }
 
 static void mm_quant_worker(void *arg, int ith, int nth) {
@@ -109,7 +117,10 @@ static void mm_worker(void *arg, int ith, int nth) {
 size_t ls_matmul_scratch_size(ls_type wt, int64_t K, int64_t M) {
     const ls_type_traits *tr = ls_type_get(wt);
     if (!tr || tr->act_type == LS_TYPE_F32 || M <= 0) return 0; /* float weights read X directly */
-    const size_t row = ls_row_size(tr->act_type, K);
+    size_t row = ls_row_size(tr->act_type, K);
+    /* the AVX-512 tiles' layout is larger: reserve it whatever the CPU, so callers size one
+     * scratch for any ISA */
+    if (ls_tile_avx512_get(wt) && ls_act_q8v_row_size(K) > row) row = ls_act_q8v_row_size(K);
     if (row != 0 && (uint64_t)M > SIZE_MAX / row) return 0;
     return row * (size_t)M;
 }
@@ -137,10 +148,16 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
         .gemm8 = dot == ls_vec_dot_avx2_get(wt) ? ls_gemm8_avx2_get(wt) : NULL,
         .tile = dot == ls_vec_dot_avx2_get(wt) ? ls_tile_avx2_get(wt) : NULL,
     };
+    /* the AVX-512 tiles, only where the CPU runs them (ls_cpu_isa_hw) */
+    const int q8v = dot == ls_vec_dot_avx2_get(wt) && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 &&
+                    ls_tile_avx512_get(wt) != NULL;
+    if (q8v) j.tile = ls_tile_avx512_get(wt);
     int64_t tile = (int64_t)(MM_TILE_BYTES / w_row) / 8 * 8;
     j.tile_rows = M == 1 ? N : (tile < 8 ? 8 : tile); /* M == 1: no reuse to tile for */
 
-    const size_t a_bytes = tr->act_type == LS_TYPE_F32 ? (size_t)K * sizeof(float) : ls_row_size(tr->act_type, K);
+    const size_t a_bytes = tr->act_type == LS_TYPE_F32 ? (size_t)K * sizeof(float)
+                           : q8v                       ? ls_act_q8v_row_size(K)
+                                                       : ls_row_size(tr->act_type, K);
     const int64_t chunk = (int64_t)(MM_CHUNK_BYTES / a_bytes) / LS_GEMM8_MAX_ACT * LS_GEMM8_MAX_ACT;
     j.m_chunk = chunk < LS_GEMM8_MAX_ACT ? LS_GEMM8_MAX_ACT : chunk;
 
@@ -154,8 +171,9 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
                           .M = M,
                           .K = K,
                           .A = scratch,
-                          .a_row = ls_row_size(tr->act_type, K),
-                          .act = tr->act_type};
+                          .a_row = a_bytes,
+                          .act = tr->act_type,
+                          .q8v = q8v};
         if (M * K <= MM_QUANT_INLINE_ELEMS || ls_pool_size(pool) == 1)
             mm_quant_rows(&q, 0, M);
         else

@@ -141,7 +141,7 @@ static int mlx_hw_avx2(void) {
 
 float ls_mlx_affine_dot_isa(ls_isa isa, const ls_weight *w, int64_t row, const float *x, const float *xs) {
     LS_ASSERT(ls_mlx_affine_check(w) == 0 && row >= 0 && row < w->rows);
-    if (isa == LS_ISA_AVX2 && mlx_hw_avx2()) return ls_mlx_affine_dot_avx2(w, row, x, xs);
+    if (isa >= LS_ISA_AVX2 && mlx_hw_avx2()) return ls_mlx_affine_dot_avx2(w, row, x, xs);
     return mlx_dot_scalar(w, row, x, xs);
 }
 
@@ -208,7 +208,7 @@ void ls_mlx_affine_matmul_isa(ls_isa isa, ls_pool *pool, const ls_weight *w, con
         .y_stride = y_stride,
         .tile_rows = M == 1 ? w->rows : (tile < 4 ? 4 : tile), /* M == 1: no reuse to tile for */
         .m_chunk = chunk < 4 ? 4 : chunk,
-        .avx2 = isa == LS_ISA_AVX2 && mlx_hw_avx2(),
+        .avx2 = isa >= LS_ISA_AVX2 && mlx_hw_avx2(),
     };
     ls_pool_run(pool, mlx_worker, &j);
 }

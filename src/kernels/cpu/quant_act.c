@@ -80,3 +80,30 @@ void ls_quantize_act_row(ls_type act_type, const float *x, void *dst, int64_t k)
     default: break; /* not an activation format: callers only pass traits' act_type */
     }
 }
+
+_Static_assert(sizeof(ls_act_q8v_block) == 192, "q8v block: six 32-byte vectors");
+
+size_t ls_act_q8v_row_size(int64_t k) {
+    return (size_t)(k / LS_QK8_0) * sizeof(ls_act_q8v_block);
+}
+
+/* Each block is quantized exactly as act_quantize_q8_0 does (blocks are independent), then
+ * rearranged (tile_avx512.c explains the layout). */
+void ls_quantize_act_row_q8v(const float *x, void *dst, int64_t k) {
+    ls_act_q8v_block *out = dst;
+    for (int64_t b = 0; b < k / LS_QK8_0; b++) {
+        ls_block_q8_0 q;
+        act_quantize_q8_0(x + b * LS_QK8_0, &q, LS_QK8_0);
+        ls_act_q8v_block *o = &out[b];
+        for (int g = 0; g < 4; g++)
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < 4; r++) memcpy(&o->q[g][(h * 4 + r) * 4], &q.qs[16 * h + 4 * g], 4);
+        for (int h = 0; h < 2; h++) {
+            int32_t s = 0;
+            for (int j = 0; j < 16; j++) s += q.qs[16 * h + j];
+            for (int r = 0; r < 4; r++) o->neg_sum[h * 4 + r] = -s;
+        }
+        o->d = ls_f16_to_f32(q.d);
+        memset(o->pad, 0, sizeof o->pad);
+    }
+}
