@@ -12,6 +12,7 @@
 #include "core/threads.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/axpy.h"
+#include "kernels/cpu/attn_group.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 typedef struct {
@@ -140,13 +141,60 @@ static void attn_one(const ls_attn_args *a, int64_t r, int32_t h, float *scores)
     for (int32_t d = 0; d < hd; d++) out[d] *= inv;
 }
 
+/* Heads h0 .. h0 + G - 1 of row r, which share one f16 KV head, at once (attn_group.h):
+ * the same bits per head as attn_one. */
+static void attn_group(const ls_attn_args *a, int64_t r, int32_t h0, int G, float *scores, int64_t s_stride) {
+    int32_t hd = a->hd, kvh = h0 / (a->n_head / a->n_kv);
+    int32_t p = a->q_pos[r] - (a->strictly_before ? 1 : 0), lo = 0;
+    if (a->window > 0 && a->q_pos[r] - a->window + 1 > lo) lo = a->q_pos[r] - a->window + 1;
+    float *out = a->out + (r * a->n_head + h0) * (int64_t)hd;
+    int32_t n = p - lo + 1;
+    if (n <= 0) {
+        memset(out, 0, sizeof(float) * (size_t)hd * (size_t)G);
+        return;
+    }
+    LS_ASSERT(lo >= a->first_pos && p - a->first_pos < a->n_slots);
+    const float *q = a->q + (r * a->n_head + h0) * (int64_t)hd;
+    int64_t kv_stride = (int64_t)a->n_kv * hd, base = (int64_t)(lo - a->first_pos) * kv_stride + (int64_t)kvh * hd;
+    ls_attn_group_scores_avx2(G, (const uint16_t *)a->k + base, kv_stride, n, q, hd, a->scale, scores, s_stride);
+    float sum[LS_ATTN_GROUP];
+    for (int h = 0; h < G; h++) {
+        float *s = scores + h * s_stride, mx = -INFINITY;
+        for (int32_t i = 0; i < n; i++)
+            if (s[i] > mx) mx = s[i];
+        sum[h] = 0.0f;
+        for (int32_t i = 0; i < n; i++) {
+            s[i] = expf(s[i] - mx);
+            sum[h] += s[i];
+        }
+    }
+    ls_attn_group_values_avx2(G, (const uint16_t *)a->v + base, kv_stride, n, scores, s_stride, hd, out);
+    for (int h = 0; h < G; h++) {
+        const float inv = 1.0f / sum[h];
+        for (int32_t d = 0; d < hd; d++) out[h * hd + d] *= inv;
+    }
+}
+
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const ls_attn_args *a = j->a;
-    float *scores = j->c->scores + (int64_t)ith * j->c->max_keys;
-    long b, e;
-    ls_split((long)(a->m * a->n_head), ith, nth, &b, &e);
-    for (long t = b; t < e; t++) attn_one(a, t / a->n_head, (int32_t)(t % a->n_head), scores);
+    float *scores = j->c->scores + (int64_t)ith * j->c->max_keys * LS_ATTN_GROUP;
+    const int32_t group = a->n_head / a->n_kv;
+    if (!a->kv_f32 && a->hd % 16 == 0 && ls_cpu_isa() >= LS_ISA_AVX2) {
+        /* (row, run of up to LS_ATTN_GROUP heads of one KV head), dealt round-robin */
+        const int32_t runs = (group + LS_ATTN_GROUP - 1) / LS_ATTN_GROUP;
+        for (long t = ith; t < (long)(a->m * a->n_kv * runs); t += nth) {
+            const int64_t r = t / (a->n_kv * runs);
+            const int32_t kvh = (int32_t)(t / runs % a->n_kv), run = (int32_t)(t % runs);
+            const int32_t h0 = kvh * group + run * LS_ATTN_GROUP;
+            const int G = group - run * LS_ATTN_GROUP < LS_ATTN_GROUP ? group - run * LS_ATTN_GROUP : LS_ATTN_GROUP;
+            attn_group(a, r, h0, G, scores, j->c->max_keys);
+        }
+        return;
+    }
+    /* (row, head) pairs dealt round-robin: under a causal mask later rows see more keys, so
+     * contiguous halves would leave the first thread idle for most of a prefill */
+    for (long t = ith; t < (long)(a->m * a->n_head); t += nth) attn_one(a, t / a->n_head, (int32_t)(t % a->n_head), scores);
 }
 
 static void cpu_attention(ls_backend *be, const ls_attn_args *a) {
@@ -347,7 +395,7 @@ ls_backend *ls_backend_cpu_create(int n_threads, int64_t max_rows, int64_t max_c
     c->mm_scratch_size = need;
     c->mm_scratch = aligned_alloc(64, (need + 63) / 64 * 64);
     c->max_keys = max_keys;
-    c->scores = malloc(sizeof(float) * (size_t)max_keys * (size_t)n_threads);
+    c->scores = malloc(sizeof(float) * (size_t)max_keys * (size_t)n_threads * LS_ATTN_GROUP);
     if (!c->mm_scratch || !c->scores) goto fail;
     return be;
 fail:

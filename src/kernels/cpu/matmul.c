@@ -47,6 +47,8 @@ typedef struct {
     ls_vec_dot_fn dot;
     ls_gemm8_fn gemm8; /* NULL for the scalar ISA */
     ls_tile_fn tile;   /* NULL for the scalar ISA and types without tile kernels */
+    int64_t piece;     /* weight rows a thread takes at a time, multiple of 8 */
+    atomic_llong next; /* first row of the next piece nobody took */
 } mm_job;
 
 typedef struct {
@@ -105,13 +107,18 @@ static void mm_rows(const mm_job *j, int64_t n0, int64_t n1) {
     }
 }
 
+/* Threads take pieces of whole groups of 8 rows (so the eight-row kernel covers every
+ * group but the last) from a shared counter until none is left: a thread slowed by its
+ * neighbour on the core or by the VM does less, instead of the others waiting for it. Which
+ * thread computes an output never changes its bits. */
 static void mm_worker(void *arg, int ith, int nth) {
-    const mm_job *j = arg;
-    /* split whole groups of 8 so the eight-row kernel covers every group but the last */
-    long g0, g1;
-    ls_split((long)((j->N + 7) / 8), ith, nth, &g0, &g1);
-    const int64_t n0 = (int64_t)g0 * 8, n1 = (int64_t)g1 * 8 < j->N ? (int64_t)g1 * 8 : j->N;
-    if (n0 < n1) mm_rows(j, n0, n1);
+    mm_job *j = arg;
+    (void)ith, (void)nth;
+    for (;;) {
+        const int64_t n0 = (int64_t)atomic_fetch_add_explicit(&j->next, j->piece, memory_order_relaxed);
+        if (n0 >= j->N) return;
+        mm_rows(j, n0, n0 + j->piece < j->N ? n0 + j->piece : j->N);
+    }
 }
 
 size_t ls_matmul_scratch_size(ls_type wt, int64_t K, int64_t M) {
@@ -153,7 +160,15 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
                     ls_tile_avx512_get(wt) != NULL;
     if (q8v) j.tile = ls_tile_avx512_get(wt);
     int64_t tile = (int64_t)(MM_TILE_BYTES / w_row) / 8 * 8;
-    j.tile_rows = M == 1 ? N : (tile < 8 ? 8 : tile); /* M == 1: no reuse to tile for */
+    tile = tile < 8 ? 8 : tile;
+    /* pieces: about 8 per thread (balance) but at least one L1 tile (reuse); M == 1 has no
+     * reuse to tile for, so a piece is one tile */
+    const int nth = ls_pool_size(pool) > 0 ? ls_pool_size(pool) : 1;
+    int64_t piece = ((N + 8 * nth - 1) / (8 * nth) + 7) / 8 * 8;
+    if (piece < tile) piece = tile;
+    j.piece = piece;
+    j.tile_rows = M == 1 ? piece : tile;
+    atomic_init(&j.next, 0);
 
     const size_t a_bytes = tr->act_type == LS_TYPE_F32 ? (size_t)K * sizeof(float)
                            : q8v                       ? ls_act_q8v_row_size(K)

@@ -99,11 +99,11 @@ TV_INLINE void tv_decode_rows(int t, const uint8_t *const *r, int64_t b0, int nb
  * acc[c * NG + g] += the segment's blocks. Each activation block is loaded once for the
  * NG groups (the activation rows come from L2; the weights from the L1 buffer). */
 TV_INLINE void tv_acts(int t, int NG, int C, const tv_wblock *buf, int nb, const ls_act_q8v_block *const *ab,
-                       __m256 *acc) {
+                       __m256 *acc, int first) {
     const int sh = tv_bias_shift(t);
     __m256 a[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < C * NG; i++) a[i] = acc[i];
+    for (int i = 0; i < C * NG; i++) a[i] = first ? _mm256_setzero_ps() : acc[i];
     for (int i = 0; i < nb; i++) {
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
@@ -133,9 +133,16 @@ TV_INLINE void tv_acts(int t, int NG, int C, const tv_wblock *buf, int nb, const
 static void tv_store(const __m256 *acc, int NG, int nact, int nrows, float *y, int64_t ys) {
     for (int c = 0; c < nact; c++)
         for (int g = 0; g < NG; g++) {
-            float v[8];
-            _mm256_storeu_ps(v, acc[c * NG + g]);
-            for (int i = 0; i < 4 && 4 * g + i < nrows; i++) y[(int64_t)c * ys + 4 * g + i] = v[i] + v[i + 4];
+            const __m256 v = acc[c * NG + g];
+            const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            float *yc = y + (int64_t)c * ys + 4 * g;
+            if (4 * g + 4 <= nrows) {
+                _mm_storeu_ps(yc, s);
+            } else {
+                float t[4];
+                _mm_storeu_ps(t, s);
+                for (int i = 0; 4 * g + i < nrows; i++) yc[i] = t[i];
+            }
         }
 }
 
@@ -209,7 +216,6 @@ static void tv_group(int t, int64_t k, const uint8_t *w, size_t ws, int nrows, c
     __attribute__((aligned(32))) __m256 acc[TV_ACT * 2];
     for (int a0 = 0; a0 < nact; a0 += TV_ACT) {
         const int na = nact - a0 < TV_ACT ? nact - a0 : TV_ACT;
-        for (int i = 0; i < na * NG; i++) acc[i] = _mm256_setzero_ps();
         for (int64_t b0 = 0; b0 < nb; b0 += TV_SEG) {
             const int sn = nb - b0 < TV_SEG ? (int)(nb - b0) : TV_SEG;
             for (int g = 0; g < NG; g++) tv_decode_rows(t, r + 4 * g, b0, sn, buf + g, NG);
@@ -220,17 +226,17 @@ static void tv_group(int t, int64_t k, const uint8_t *w, size_t ws, int nrows, c
                 __m256 *ac = acc + c * NG;
                 if (NG == 2) {
                     switch (C) {
-                    case 4: tv_acts(t, 2, 4, buf, sn, ab, ac); break;
-                    case 3: tv_acts(t, 2, 3, buf, sn, ab, ac); break;
-                    case 2: tv_acts(t, 2, 2, buf, sn, ab, ac); break;
-                    default: tv_acts(t, 2, 1, buf, sn, ab, ac); break;
+                    case 4: tv_acts(t, 2, 4, buf, sn, ab, ac, b0 == 0); break;
+                    case 3: tv_acts(t, 2, 3, buf, sn, ab, ac, b0 == 0); break;
+                    case 2: tv_acts(t, 2, 2, buf, sn, ab, ac, b0 == 0); break;
+                    default: tv_acts(t, 2, 1, buf, sn, ab, ac, b0 == 0); break;
                     }
                 } else {
                     switch (C) {
-                    case 4: tv_acts(t, 1, 4, buf, sn, ab, ac); break;
-                    case 3: tv_acts(t, 1, 3, buf, sn, ab, ac); break;
-                    case 2: tv_acts(t, 1, 2, buf, sn, ab, ac); break;
-                    default: tv_acts(t, 1, 1, buf, sn, ab, ac); break;
+                    case 4: tv_acts(t, 1, 4, buf, sn, ab, ac, b0 == 0); break;
+                    case 3: tv_acts(t, 1, 3, buf, sn, ab, ac, b0 == 0); break;
+                    case 2: tv_acts(t, 1, 2, buf, sn, ab, ac, b0 == 0); break;
+                    default: tv_acts(t, 1, 1, buf, sn, ab, ac, b0 == 0); break;
                     }
                 }
                 c += C;

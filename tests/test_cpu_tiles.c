@@ -1,0 +1,104 @@
+/* The large-shape corners of the CPU fast paths that test_kernels_invariance's small shapes
+ * do not reach, each compared bit for bit with the one-row / one-head reference:
+ *  - the AVX-512 VNNI tiles (tile_avx512.c) past one K segment (K = 3200: 100 blocks, the
+ *    L1 buffer holds 96) and past one activation pass (M = 260 > 256), for Q4_0, Q5_0, Q8_0,
+ *    against the scalar single-row kernel;
+ *  - grouped-head attention (attn_group_avx2.c), G = 1..4 heads over one f16 KV head, head
+ *    dims 16..512 and up to 600 keys, against ls_dot_f16_f32 / ls_axpy_f16 per head.
+ * Skipped (77) on a CPU without the ISA. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/f16.h"
+#include "kernels/cpu/attn_group.h"
+#include "kernels/cpu/axpy.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/types.h"
+#include "test_rng.h"
+
+static void test_vnni_tiles_large(void **state) {
+    (void)state;
+    if (ls_cpu_isa_hw() < LS_ISA_AVX512) skip();
+    const ls_type types[3] = {LS_TYPE_Q4_0, LS_TYPE_Q5_0, LS_TYPE_Q8_0};
+    const int64_t K = 3200, N = 13, M = 260;
+    uint64_t rng = 77;
+    for (int ti = 0; ti < 3; ti++) {
+        const ls_type t = types[ti];
+        const size_t row = ls_row_size(t, K);
+        uint8_t *W = malloc(row * N);
+        float *tmp = malloc(sizeof(float) * K), *X = malloc(sizeof(float) * K * M), *Y = malloc(sizeof(float) * N * M);
+        void *scratch = malloc(ls_matmul_scratch_size(t, K, M));
+        uint8_t *act = malloc(ls_row_size(LS_TYPE_Q8_0, K));
+        assert_true(W && tmp && X && Y && scratch && act);
+        for (int64_t n = 0; n < N; n++) {
+            for (int64_t k = 0; k < K; k++) tmp[k] = rng_normal(&rng, 0.5f + (float)n);
+            assert_int_equal(ls_quantize_row_ref(t, tmp, W + row * (size_t)n, K), 0);
+        }
+        for (int64_t i = 0; i < K * M; i++) X[i] = rng_normal(&rng, 1.0f);
+        ls_matmul_isa(LS_ISA_AVX512, NULL, t, W, N, K, X, K, M, Y, N, scratch);
+        const ls_vec_dot_fn ref = ls_vec_dot_get(t, LS_ISA_SCALAR);
+        for (int64_t m = 0; m < M; m++) {
+            ls_quantize_act_row(LS_TYPE_Q8_0, X + m * K, act, K);
+            for (int64_t n = 0; n < N; n++) {
+                const float r = ref(K, W + row * (size_t)n, act);
+                if (memcmp(&r, &Y[m * N + n], sizeof r) != 0)
+                    fail_msg("%s m=%lld n=%lld: %.9g vs %.9g", ls_type_name(t), (long long)m, (long long)n,
+                             Y[m * N + n], r);
+            }
+        }
+        free(W), free(tmp), free(X), free(Y), free(scratch), free(act);
+    }
+}
+
+static void test_attention_groups(void **state) {
+    (void)state;
+    if (ls_cpu_isa_hw() < LS_ISA_AVX2) skip();
+    uint64_t rng = 5;
+    const int32_t hds[4] = {16, 64, 256, 512}, ns[4] = {1, 7, 129, 600};
+    for (int hi = 0; hi < 4; hi++)
+        for (int ni = 0; ni < 4; ni++)
+            for (int G = 1; G <= LS_ATTN_GROUP; G++) {
+                const int32_t hd = hds[hi], n = ns[ni];
+                const int64_t kv_stride = 3 * (int64_t)hd; /* the head sits inside wider KV rows */
+                uint16_t *k = malloc(sizeof(uint16_t) * kv_stride * n), *v = malloc(sizeof(uint16_t) * kv_stride * n);
+                float *q = malloc(sizeof(float) * G * hd), *s = malloc(sizeof(float) * G * n);
+                float *out = malloc(sizeof(float) * G * hd), *ref = malloc(sizeof(float) * hd);
+                assert_true(k && v && q && s && out && ref);
+                for (int64_t i = 0; i < kv_stride * n; i++) {
+                    k[i] = ls_f32_to_f16(rng_normal(&rng, 1.0f));
+                    v[i] = ls_f32_to_f16(rng_normal(&rng, 1.0f));
+                }
+                for (int64_t i = 0; i < (int64_t)G * hd; i++) q[i] = rng_normal(&rng, 1.0f);
+                for (int64_t i = 0; i < (int64_t)G * n; i++) s[i] = rng_uniform(&rng);
+                const float scale = 0.0625f;
+                float *sc = malloc(sizeof(float) * G * n);
+                assert_non_null(sc);
+                ls_attn_group_scores_avx2(G, k + hd, kv_stride, n, q, hd, scale, sc, n);
+                ls_attn_group_values_avx2(G, v + hd, kv_stride, n, s, n, hd, out);
+                for (int h = 0; h < G; h++) {
+                    for (int32_t i = 0; i < n; i++) {
+                        const float r = ls_dot_f16_f32(k + hd + i * kv_stride, q + h * hd, hd) * scale;
+                        assert_memory_equal(&r, &sc[h * n + i], sizeof r);
+                    }
+                    memset(ref, 0, sizeof(float) * hd);
+                    for (int32_t i = 0; i < n; i++) ls_axpy_f16(ref, s[h * n + i], v + hd + i * kv_stride, hd);
+                    assert_memory_equal(ref, out + h * hd, sizeof(float) * hd);
+                }
+                free(k), free(v), free(q), free(s), free(out), free(ref), free(sc);
+            }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vnni_tiles_large),
+        cmocka_unit_test(test_attention_groups),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
