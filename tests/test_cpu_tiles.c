@@ -2,7 +2,8 @@
  * do not reach, each compared bit for bit with the one-row / one-head reference:
  *  - the AVX-512 VNNI tiles (tile_avx512.c) past one K segment (K = 3200: 100 blocks, the
  *    L1 buffer holds 96) and past one activation pass (M = 260 > 256), for Q4_0, Q5_0, Q8_0,
- *    against the scalar single-row kernel;
+ *    and the K-quant tiles (tile_kq_avx512.c) likewise for Q4_K, Q5_K, Q6_K, against the
+ *    scalar single-row kernel;
  *  - grouped-head attention (attn_group_avx2.c), G = 1..4 heads over one f16 KV head, head
  *    dims 16..512 and up to 600 keys, against ls_dot_f16_f32 / ls_axpy_f16 per head.
  * Skipped (77) on a CPU without the ISA. */
@@ -23,38 +24,49 @@
 #include "kernels/types.h"
 #include "test_rng.h"
 
+/* ls_matmul (AVX-512 level) of N x K weights of type t and M activation rows vs the scalar
+ * single-row kernel, element by element. */
+static void check_tiles(ls_type t, int64_t K, int64_t N, int64_t M, uint64_t rng) {
+    const size_t row = ls_row_size(t, K);
+    uint8_t *W = malloc(row * N);
+    float *tmp = malloc(sizeof(float) * K), *X = malloc(sizeof(float) * K * M), *Y = malloc(sizeof(float) * N * M);
+    void *scratch = malloc(ls_matmul_scratch_size(t, K, M));
+    const ls_type at = ls_type_get(t)->act_type;
+    uint8_t *act = malloc(ls_row_size(at, K));
+    assert_true(W && tmp && X && Y && scratch && act);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) tmp[k] = rng_normal(&rng, 0.5f + (float)n);
+        assert_int_equal(ls_quantize_row_ref(t, tmp, W + row * (size_t)n, K), 0);
+    }
+    for (int64_t i = 0; i < K * M; i++) X[i] = rng_normal(&rng, 1.0f);
+    ls_matmul_isa(LS_ISA_AVX512, NULL, t, W, N, K, X, K, M, Y, N, scratch);
+    const ls_vec_dot_fn ref = ls_vec_dot_get(t, LS_ISA_SCALAR);
+    for (int64_t m = 0; m < M; m++) {
+        ls_quantize_act_row(at, X + m * K, act, K);
+        for (int64_t n = 0; n < N; n++) {
+            const float r = ref(K, W + row * (size_t)n, act);
+            if (memcmp(&r, &Y[m * N + n], sizeof r) != 0)
+                fail_msg("%s m=%lld n=%lld: %.9g vs %.9g", ls_type_name(t), (long long)m, (long long)n, Y[m * N + n],
+                         r);
+        }
+    }
+    free(W), free(tmp), free(X), free(Y), free(scratch), free(act);
+}
+
 static void test_vnni_tiles_large(void **state) {
     (void)state;
     if (ls_cpu_isa_hw() < LS_ISA_AVX512) skip();
     const ls_type types[3] = {LS_TYPE_Q4_0, LS_TYPE_Q5_0, LS_TYPE_Q8_0};
-    const int64_t K = 3200, N = 13, M = 260;
-    uint64_t rng = 77;
-    for (int ti = 0; ti < 3; ti++) {
-        const ls_type t = types[ti];
-        const size_t row = ls_row_size(t, K);
-        uint8_t *W = malloc(row * N);
-        float *tmp = malloc(sizeof(float) * K), *X = malloc(sizeof(float) * K * M), *Y = malloc(sizeof(float) * N * M);
-        void *scratch = malloc(ls_matmul_scratch_size(t, K, M));
-        uint8_t *act = malloc(ls_row_size(LS_TYPE_Q8_0, K));
-        assert_true(W && tmp && X && Y && scratch && act);
-        for (int64_t n = 0; n < N; n++) {
-            for (int64_t k = 0; k < K; k++) tmp[k] = rng_normal(&rng, 0.5f + (float)n);
-            assert_int_equal(ls_quantize_row_ref(t, tmp, W + row * (size_t)n, K), 0);
-        }
-        for (int64_t i = 0; i < K * M; i++) X[i] = rng_normal(&rng, 1.0f);
-        ls_matmul_isa(LS_ISA_AVX512, NULL, t, W, N, K, X, K, M, Y, N, scratch);
-        const ls_vec_dot_fn ref = ls_vec_dot_get(t, LS_ISA_SCALAR);
-        for (int64_t m = 0; m < M; m++) {
-            ls_quantize_act_row(LS_TYPE_Q8_0, X + m * K, act, K);
-            for (int64_t n = 0; n < N; n++) {
-                const float r = ref(K, W + row * (size_t)n, act);
-                if (memcmp(&r, &Y[m * N + n], sizeof r) != 0)
-                    fail_msg("%s m=%lld n=%lld: %.9g vs %.9g", ls_type_name(t), (long long)m, (long long)n,
-                             Y[m * N + n], r);
-            }
-        }
-        free(W), free(tmp), free(X), free(Y), free(scratch), free(act);
-    }
+    for (int ti = 0; ti < 3; ti++) check_tiles(types[ti], 3200, 13, 260, 77 + (uint64_t)ti);
+}
+
+/* The K-quant tiles (tile_kq_avx512.c): K = 1280 is five blocks (the buffer holds four),
+ * M = 260 passes the 256-row activation pass, N = 13 leaves a partial group of eight. */
+static void test_kquant_tiles_large(void **state) {
+    (void)state;
+    if (ls_cpu_isa_hw() < LS_ISA_AVX512) skip();
+    const ls_type types[3] = {LS_TYPE_Q4_K, LS_TYPE_Q5_K, LS_TYPE_Q6_K};
+    for (int ti = 0; ti < 3; ti++) check_tiles(types[ti], 1280, 13, 260, 91 + (uint64_t)ti);
 }
 
 static void test_attention_groups(void **state) {
@@ -98,6 +110,7 @@ static void test_attention_groups(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vnni_tiles_large),
+        cmocka_unit_test(test_kquant_tiles_large),
         cmocka_unit_test(test_attention_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

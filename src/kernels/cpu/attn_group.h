@@ -13,7 +13,7 @@ enum { LS_ATTN_GROUP = 4 };
 
 void ls_attn_group_scores_avx2(int G, const uint16_t *k, int64_t kv_stride, int32_t n, const float *q, int32_t hd,
                                float scale, float *scores, int64_t s_stride);
-void ls_attn_group_values_avx2(int G, const uint16_t *v, int64_t kv_stride, int32_t n, const float *p,
-                               int64_t p_stride, int32_t hd, float *out);
+void ls_attn_group_values_avx2(int G, const uint16_t *v, int64_t kv_stride, int32_t n, const float *p, int64_t p_stride,
+                               int32_t hd, float *out);
 
 #endif

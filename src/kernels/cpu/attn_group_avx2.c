@@ -72,8 +72,8 @@ void ls_attn_group_scores_avx2(int G, const uint16_t *k, int64_t kv_stride, int3
     }
 }
 
-void ls_attn_group_values_avx2(int G, const uint16_t *v, int64_t kv_stride, int32_t n, const float *p,
-                               int64_t p_stride, int32_t hd, float *out) {
+void ls_attn_group_values_avx2(int G, const uint16_t *v, int64_t kv_stride, int32_t n, const float *p, int64_t p_stride,
+                               int32_t hd, float *out) {
     switch (G) {
     case 4: ag_values(4, v, kv_stride, n, p, p_stride, hd, out); break;
     case 3: ag_values(3, v, kv_stride, n, p, p_stride, hd, out); break;
@@ -89,8 +89,8 @@ void ls_attn_group_scores_avx2(int G, const uint16_t *k, int64_t kv_stride, int3
                                float scale, float *scores, int64_t s_stride) {
     (void)G, (void)k, (void)kv_stride, (void)n, (void)q, (void)hd, (void)scale, (void)scores, (void)s_stride;
 }
-void ls_attn_group_values_avx2(int G, const uint16_t *v, int64_t kv_stride, int32_t n, const float *p,
-                               int64_t p_stride, int32_t hd, float *out) {
+void ls_attn_group_values_avx2(int G, const uint16_t *v, int64_t kv_stride, int32_t n, const float *p, int64_t p_stride,
+                               int32_t hd, float *out) {
     (void)G, (void)v, (void)kv_stride, (void)n, (void)p, (void)p_stride, (void)hd, (void)out;
 }
 

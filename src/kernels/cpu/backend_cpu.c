@@ -181,20 +181,25 @@ static void attn_worker(void *arg, int ith, int nth) {
     float *scores = j->c->scores + (int64_t)ith * j->c->max_keys * LS_ATTN_GROUP;
     const int32_t group = a->n_head / a->n_kv;
     if (!a->kv_f32 && a->hd % 16 == 0 && ls_cpu_isa() >= LS_ISA_AVX2) {
-        /* (row, run of up to LS_ATTN_GROUP heads of one KV head), dealt round-robin */
-        const int32_t runs = (group + LS_ATTN_GROUP - 1) / LS_ATTN_GROUP;
+        /* (row, run of up to R heads of one KV head), dealt round-robin; R shrinks until
+         * every thread has work (a decode step has one row: one run of four heads would
+         * leave the other threads idle). R never changes a head's bits. */
+        int32_t R = LS_ATTN_GROUP;
+        while (R > 1 && a->m * a->n_kv * ((group + R - 1) / R) < 2 * (int64_t)nth) R = (R + 1) / 2;
+        const int32_t runs = (group + R - 1) / R;
         for (long t = ith; t < (long)(a->m * a->n_kv * runs); t += nth) {
             const int64_t r = t / (a->n_kv * runs);
             const int32_t kvh = (int32_t)(t / runs % a->n_kv), run = (int32_t)(t % runs);
-            const int32_t h0 = kvh * group + run * LS_ATTN_GROUP;
-            const int G = group - run * LS_ATTN_GROUP < LS_ATTN_GROUP ? group - run * LS_ATTN_GROUP : LS_ATTN_GROUP;
+            const int32_t h0 = kvh * group + run * R;
+            const int G = group - run * R < R ? group - run * R : R;
             attn_group(a, r, h0, G, scores, j->c->max_keys);
         }
         return;
     }
     /* (row, head) pairs dealt round-robin: under a causal mask later rows see more keys, so
      * contiguous halves would leave the first thread idle for most of a prefill */
-    for (long t = ith; t < (long)(a->m * a->n_head); t += nth) attn_one(a, t / a->n_head, (int32_t)(t % a->n_head), scores);
+    for (long t = ith; t < (long)(a->m * a->n_head); t += nth)
+        attn_one(a, t / a->n_head, (int32_t)(t % a->n_head), scores);
 }
 
 static void cpu_attention(ls_backend *be, const ls_attn_args *a) {

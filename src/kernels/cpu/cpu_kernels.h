@@ -146,6 +146,8 @@ void ls_quantize_act_row_q8v(const float *x, void *dst, int64_t k);
 /* Tiles for Q4_0 / Q5_0 / Q8_0 against ls_act_q8v_block rows; NULL for other types or when
  * the library was built without AVX-512 support. Same contract as ls_tile_fn. */
 ls_tile_fn ls_tile_avx512_get(ls_type wt);
+/* Tiles for Q4_K / Q5_K / Q6_K against Q8_K rows (tile_kq_avx512.c); NULL otherwise. */
+ls_tile_fn ls_tile_kq_avx512_get(ls_type wt);
 
 /* ---- MLX affine-quantized weights (mlx_affine.c, mlx_affine_avx2.c; docs/gemma.md 6.4) ----
  * A weight is an ls_weight of type LS_TYPE_MLX_AFFINE: packed rows (LSB-first bit stream,

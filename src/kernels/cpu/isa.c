@@ -3,8 +3,8 @@
  * AVX2 kernels need AVX2 + FMA + F16C (the *_avx2.c files are compiled with all three).
  * AVX512 adds the AVX-512 VNNI tiles (tile_avx512.c) on top of AVX2.
  * ls_test_control(LS_TESTCTL_ISA, "scalar") (the CLI's --isa scalar, LOCKSTEP_ISA=scalar)
- * forces the scalar reference everywhere ("avx2": no AVX-512 kernels), which gives the same bits (tests memcmp the two),
- * only slower: useful to rule out a SIMD bug in the field. */
+ * forces the scalar reference everywhere ("avx2": no AVX-512 kernels), which gives the same bits (tests memcmp the
+ * two), only slower: useful to rule out a SIMD bug in the field. */
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>

@@ -21,7 +21,7 @@
  * rows; the decode is amortized over all of them. */
 #include "kernels/cpu/cpu_kernels.h"
 
-#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__AVX2__) &&                  \
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__AVX2__) &&                   \
     defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #include <string.h>
@@ -147,7 +147,7 @@ static void tv_store(const __m256 *acc, int NG, int nact, int nrows, float *y, i
 }
 
 /* Few activation rows (C <= 4, all of them in registers): decode each block of the NG
- * groups and use it at once, with no buffer; prefetch the weight rows two groups ahead (a
+ * groups and use it at once, with no buffer; prefetch the weight rows four groups ahead (a
  * group's eight rows are one contiguous region, and with M = 1 the weights stream from
  * memory: rows are too short for the hardware prefetcher to ramp up on its own). The
  * per-output operations are those of tv_acts. */
@@ -155,7 +155,7 @@ TV_INLINE void tv_fused(int t, int NG, int C, const uint8_t *const *r, size_t ws
                         const ls_act_q8v_block *const *ab, __m256 *acc) {
     const int sh = tv_bias_shift(t);
     const size_t bs = tv_bsize(t);
-    const uintptr_t pf = (uintptr_t)r[0] + 2 * 8 * ws; /* integer: may lie past W */
+    const uintptr_t pf = (uintptr_t)r[0] + 4 * 8 * ws; /* integer: may lie past W */
     __m256 a[8];
 #pragma GCC unroll 8
     for (int i = 0; i < C * NG; i++) a[i] = _mm256_setzero_ps();
