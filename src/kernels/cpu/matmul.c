@@ -160,9 +160,9 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
                     ls_tile_avx512_get(wt) != NULL;
     if (q8v) j.tile = ls_tile_avx512_get(wt);
     /* the K-quant tiles decode eight rows into a transposed buffer: worth it from about
-     * twelve activation rows up (measured); fewer stream through the eight-row kernels,
+     * six activation rows up (measured); fewer stream through the eight-row kernels,
      * which give the same bits */
-    if (dot == ls_vec_dot_avx2_get(wt) && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 && M >= 16 &&
+    if (dot == ls_vec_dot_avx2_get(wt) && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 && M >= 6 &&
         ls_tile_kq_avx512_get(wt))
         j.tile = ls_tile_kq_avx512_get(wt);
     int64_t tile = (int64_t)(MM_TILE_BYTES / w_row) / 8 * 8;

@@ -32,6 +32,8 @@ enum { TV_Q4_0, TV_Q5_0, TV_Q8_0 };
 /* Blocks decoded per pass (the L1 buffer: 160 bytes a block) and activation rows per pass
  * (their accumulators stay in memory between K segments). */
 enum { TV_SEG = 96, TV_ACT = 256 };
+/* Up to this many activation rows (a verify block) take the unbuffered path. */
+enum { TV_FUSED_MAX = 8 };
 
 /* One decoded block of four rows: the four transposed weight vectors and d_w per lane. */
 typedef struct {
@@ -146,7 +148,7 @@ static void tv_store(const __m256 *acc, int NG, int nact, int nrows, float *y, i
         }
 }
 
-/* Few activation rows (C <= 4, all of them in registers): decode each block of the NG
+/* Few activation rows (C <= TV_FUSED_MAX, all of their accumulators in registers): decode each block of the NG
  * groups and use it at once, with no buffer; prefetch the weight rows four groups ahead (a
  * group's eight rows are one contiguous region, and with M = 1 the weights stream from
  * memory: rows are too short for the hardware prefetcher to ramp up on its own). The
@@ -156,15 +158,15 @@ TV_INLINE void tv_fused(int t, int NG, int C, const uint8_t *const *r, size_t ws
     const int sh = tv_bias_shift(t);
     const size_t bs = tv_bsize(t);
     const uintptr_t pf = (uintptr_t)r[0] + 4 * 8 * ws; /* integer: may lie past W */
-    __m256 a[8];
-#pragma GCC unroll 8
+    __m256 a[2 * TV_FUSED_MAX];
+#pragma GCC unroll 16
     for (int i = 0; i < C * NG; i++) a[i] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         for (size_t o = 0; o < 8 * bs; o += 64) _mm_prefetch((const char *)(pf + (size_t)i * 8 * bs + o), _MM_HINT_T0);
         tv_wblock wb[2];
 #pragma GCC unroll 2
         for (int g = 0; g < NG; g++) tv_decode_rows(t, r + 4 * g, i, 1, &wb[g], 1);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
             const ls_act_q8v_block *x = &ab[c][i];
             const __m256i p0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x->neg_sum), sh);
@@ -179,7 +181,7 @@ TV_INLINE void tv_fused(int t, int NG, int C, const uint8_t *const *r, size_t ws
             }
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < C * NG; i++) acc[i] = a[i];
 }
 
@@ -190,25 +192,33 @@ static void tv_group(int t, int64_t k, const uint8_t *w, size_t ws, int nrows, c
     const uint8_t *r[8];
     for (int i = 0; i < 8; i++) r[i] = w + (size_t)(i < nrows ? i : nrows - 1) * ws;
     const int64_t nb = k / LS_QK8_0;
-    if (nact <= 4) {
-        const ls_act_q8v_block *ab[4];
-        __m256 acc[8];
+    if (nact <= TV_FUSED_MAX) {
+        const ls_act_q8v_block *ab[TV_FUSED_MAX];
+        __m256 acc[2 * TV_FUSED_MAX];
         for (int i = 0; i < nact; i++) ab[i] = (const ls_act_q8v_block *)(act + (size_t)i * as);
-        if (NG == 2) {
-            switch (nact) {
-            case 4: tv_fused(t, 2, 4, r, ws, nb, ab, acc); break;
-            case 3: tv_fused(t, 2, 3, r, ws, nb, ab, acc); break;
-            case 2: tv_fused(t, 2, 2, r, ws, nb, ab, acc); break;
-            default: tv_fused(t, 2, 1, r, ws, nb, ab, acc); break;
-            }
-        } else {
-            switch (nact) {
-            case 4: tv_fused(t, 1, 4, r, ws, nb, ab, acc); break;
-            case 3: tv_fused(t, 1, 3, r, ws, nb, ab, acc); break;
-            case 2: tv_fused(t, 1, 2, r, ws, nb, ab, acc); break;
-            default: tv_fused(t, 1, 1, r, ws, nb, ab, acc); break;
-            }
+            /* constant (NG, C) instantiations: the accumulators stay in registers */
+#define TV_CASE(ng, c)                                                                                                 \
+    case (ng)*16 + (c): tv_fused(t, ng, c, r, ws, nb, ab, acc); break
+        switch (NG * 16 + nact) {
+            TV_CASE(1, 1);
+            TV_CASE(1, 2);
+            TV_CASE(1, 3);
+            TV_CASE(1, 4);
+            TV_CASE(1, 5);
+            TV_CASE(1, 6);
+            TV_CASE(1, 7);
+            TV_CASE(1, 8);
+            TV_CASE(2, 1);
+            TV_CASE(2, 2);
+            TV_CASE(2, 3);
+            TV_CASE(2, 4);
+            TV_CASE(2, 5);
+            TV_CASE(2, 6);
+            TV_CASE(2, 7);
+            TV_CASE(2, 8);
+        default: __builtin_unreachable(); /* 1 <= nact <= TV_FUSED_MAX, NG is 1 or 2 */
         }
+#undef TV_CASE
         tv_store(acc, NG, nact, nrows, y, ys);
         return;
     }
@@ -219,6 +229,11 @@ static void tv_group(int t, int64_t k, const uint8_t *w, size_t ws, int nrows, c
         for (int64_t b0 = 0; b0 < nb; b0 += TV_SEG) {
             const int sn = nb - b0 < TV_SEG ? (int)(nb - b0) : TV_SEG;
             for (int g = 0; g < NG; g++) tv_decode_rows(t, r + 4 * g, b0, sn, buf + g, NG);
+            /* this segment's share of the group four groups ahead, as tv_fused does: a few
+             * activation rows (a verify block) leave the weights streaming from memory */
+            const size_t bs = tv_bsize(t);
+            const uintptr_t pf = (uintptr_t)r[0] + 4 * 8 * ws + (size_t)b0 * 8 * bs;
+            for (size_t o = 0; o < (size_t)sn * 8 * bs; o += 64) _mm_prefetch((const char *)(pf + o), _MM_HINT_T0);
             for (int c = 0; c < na;) {
                 const ls_act_q8v_block *ab[4];
                 const int C = na - c >= 4 ? 4 : na - c;

@@ -1,6 +1,6 @@
 /* AVX-512 VNNI tile kernels for Q4_K, Q5_K and Q6_K weights against Q8_K activations
  * (256-bit EVEX vectors), bit-identical to the scalar reference, for prefill and verify
- * blocks (the matmul uses them from sixteen activation rows up; fewer rows stream through the
+ * blocks (the matmul uses them from six activation rows up; fewer rows stream through the
  * AVX2 eight-row kernels, which give the same bits).
  *
  * The reference (vec_dot_scalar.c) keeps one float accumulator per output, updated once per
@@ -64,82 +64,113 @@ KQ_INLINE void kq_transpose8(const __m256i in[8], __m256i out[8]) {
     }
 }
 
-/* Scales and mins of a Q4_K / Q5_K block (the 12 packed bytes, llama.cpp's layout). */
-KQ_INLINE void kq_scales_mins(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
-    for (int j = 0; j < 8; j++) {
-        if (j < 4) {
-            sc[j] = q[j] & 63;
-            m[j] = q[j + 4] & 63;
-        } else {
-            sc[j] = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-            m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-        }
-    }
+/* The 8 scales (low 64 bits) and 8 mins (high 64 bits) of a Q4_K / Q5_K block as bytes, from
+ * its 12 packed bytes (llama.cpp's layout: 6-bit values, the top two bits of the last four
+ * stored in the high bits of the first eight bytes). */
+KQ_INLINE __m128i kq_scales_mins(const uint8_t *packed) {
+    uint32_t u[3];
+    memcpy(u, packed, 12);
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    const uint32_t sc03 = u[0] & km1, mn03 = u[1] & km1;
+    const uint32_t sc47 = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+    const uint32_t mn47 = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+    return _mm_setr_epi32((int)sc03, (int)sc47, (int)mn03, (int)mn47);
 }
 
-/* Row r's 32-element vector v (0..7) of block blk, as unsigned bytes in element order. */
-KQ_INLINE __m256i kq_decode_vec(int t, const uint8_t *blk, int v) {
+/* The f16 at byte offset off of the eight rows' block, as floats (exact). */
+KQ_INLINE __m256 kq_gather_f16(const uint8_t *const r[8], size_t off) {
+    uint16_t h[8];
+    for (int q = 0; q < 8; q++) memcpy(&h[q], r[q] + off, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* Q4_K / Q5_K block of eight rows at byte offset off: the raw quant bytes are transposed
+ * once per 32-byte chunk (two sub-blocks share one, low and high nibbles), then split. */
+KQ_INLINE void kq_decode_k45(int t, const uint8_t *const r[8], size_t off, kq_block *o) {
     const __m256i m4 = _mm256_set1_epi8(15);
-    if (t == KQ_Q6) {
-        const ls_block_q6_k *x = (const ls_block_q6_k *)blk;
-        const int h = v / 4, k = v % 4; /* elements 128 h + 32 k .. + 31 */
-        const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (k & 1)));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
-        const __m256i lo = k < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
-        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-    }
     const size_t qs_off = t == KQ_Q4 ? offsetof(ls_block_q4_k, qs) : offsetof(ls_block_q5_k, qs);
-    const __m256i bits = _mm256_loadu_si256((const __m256i *)(blk + qs_off + 32 * (v / 2)));
-    __m256i q = v & 1 ? _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4) : _mm256_and_si256(bits, m4);
+    __m256i in[8], qh[8];
     if (t == KQ_Q5) { /* fifth bit of element l of sub-block v: bit v of qh[l] */
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + offsetof(ls_block_q5_k, qh)));
-        const __m256i b = _mm256_and_si256(_mm256_srli_epi16(qh, v), _mm256_set1_epi8(1));
-        q = _mm256_or_si256(q, _mm256_slli_epi16(b, 4));
+        for (int q = 0; q < 8; q++)
+            in[q] = _mm256_loadu_si256((const __m256i *)(r[q] + off + offsetof(ls_block_q5_k, qh)));
+        kq_transpose8(in, qh);
     }
-    return q;
+    for (int p = 0; p < 4; p++) {
+        __m256i raw[8];
+        for (int q = 0; q < 8; q++) in[q] = _mm256_loadu_si256((const __m256i *)(r[q] + off + qs_off + 32 * p));
+        kq_transpose8(in, raw);
+        for (int i = 0; i < 8; i++) {
+            __m256i lo = _mm256_and_si256(raw[i], m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw[i], 4), m4);
+            if (t == KQ_Q5) {
+                const __m256i one = _mm256_set1_epi8(1);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh[i], 2 * p), one), 4));
+                hi = _mm256_or_si256(hi,
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh[i], 2 * p + 1), one), 4));
+            }
+            o->w[2 * p][i] = lo;
+            o->w[2 * p + 1][i] = hi;
+        }
+    }
+    __m256i sc[8], mn[8];
+    for (int q = 0; q < 8; q++) {
+        const __m128i sm = kq_scales_mins(r[q] + off + 4); /* after d and dmin */
+        sc[q] = _mm256_cvtepu8_epi32(sm);
+        mn[q] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)), _mm256_set1_epi32(0x10001));
+    }
+    kq_transpose8(sc, o->sc);
+    kq_transpose8(mn, o->mn);
+    o->d = kq_gather_f16(r, off);
+    o->dmin = kq_gather_f16(r, off + 2);
+}
+
+/* Q6_K block of eight rows at byte offset off. Vector v = 4 h + k holds elements
+ * 128 h + 32 k .. + 31: low four bits from ql[64 h + 32 (k & 1) + l] (low nibble for k < 2,
+ * high for k >= 2), top two bits from bits 2 k, 2 k + 1 of qh[32 h + l]. */
+KQ_INLINE void kq_decode_q6(const uint8_t *const r[8], size_t off, kq_block *o) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    __m256i in[8];
+    for (int h = 0; h < 2; h++) {
+        __m256i ql[2][8], qh[8];
+        for (int c = 0; c < 2; c++) {
+            for (int q = 0; q < 8; q++)
+                in[q] =
+                    _mm256_loadu_si256((const __m256i *)(r[q] + off + offsetof(ls_block_q6_k, ql) + 64 * h + 32 * c));
+            kq_transpose8(in, ql[c]);
+        }
+        for (int q = 0; q < 8; q++)
+            in[q] = _mm256_loadu_si256((const __m256i *)(r[q] + off + offsetof(ls_block_q6_k, qh) + 32 * h));
+        kq_transpose8(in, qh);
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 8; i++) {
+                const __m256i src = ql[k & 1][i];
+                const __m256i lo = k < 2 ? _mm256_and_si256(src, m4) : _mm256_and_si256(_mm256_srli_epi16(src, 4), m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh[i], 2 * k), m2);
+                o->w[4 * h + k][i] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            }
+    }
+    __m256i s0[8], s1[8], sp[8];
+    for (int q = 0; q < 8; q++) {
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)(r[q] + off + offsetof(ls_block_q6_k, scales)));
+        s0[q] = _mm256_cvtepi8_epi32(sc8);
+        s1[q] = _mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8));
+        sp[q] = _mm256_cvtepi8_epi16(sc8); /* (sc_2p, sc_2p+1) int16 pairs */
+    }
+    kq_transpose8(s0, o->sc);
+    kq_transpose8(s1, o->sc + 8);
+    kq_transpose8(sp, o->mn);
+    o->d = kq_gather_f16(r, off + offsetof(ls_block_q6_k, d));
+    o->dmin = _mm256_setzero_ps();
 }
 
 /* Blocks [b0, b0 + nb) of the eight rows r[] into buf. */
 KQ_INLINE void kq_decode(int t, const uint8_t *const r[8], int64_t b0, int nb, kq_block *buf) {
     const size_t bs = kq_bsize(t);
     for (int i = 0; i < nb; i++) {
-        kq_block *o = &buf[i];
         const size_t off = (size_t)(b0 + i) * bs;
-        for (int v = 0; v < 8; v++) {
-            __m256i rows[8];
-            for (int q = 0; q < 8; q++) rows[q] = kq_decode_vec(t, r[q] + off, v);
-            kq_transpose8(rows, o->w[v]);
-        }
-        int32_t sc[16][8], mn[8][8];
-        float d[8], dmin[8];
-        for (int q = 0; q < 8; q++) {
-            const uint8_t *blk = r[q] + off;
-            if (t == KQ_Q6) {
-                const ls_block_q6_k *x = (const ls_block_q6_k *)blk;
-                for (int s = 0; s < 16; s++) sc[s][q] = x->scales[s];
-                for (int p = 0; p < 8; p++)
-                    mn[p][q] = (int32_t)(((uint32_t)(uint16_t)x->scales[2 * p + 1] << 16) |
-                                         (uint16_t)(int16_t)x->scales[2 * p]);
-                d[q] = ls_f16_to_f32(x->d);
-                dmin[q] = 0.0f;
-            } else {
-                uint8_t s8[8], m8[8];
-                kq_scales_mins(blk + 4, s8, m8); /* after d and dmin */
-                for (int j = 0; j < 8; j++) {
-                    sc[j][q] = s8[j];
-                    mn[j][q] = (int32_t)((uint32_t)m8[j] * 0x10001u);
-                }
-                uint16_t h[2];
-                memcpy(h, blk, sizeof h);
-                d[q] = ls_f16_to_f32(h[0]);
-                dmin[q] = ls_f16_to_f32(h[1]);
-            }
-        }
-        for (int s = 0; s < (t == KQ_Q6 ? 16 : 8); s++) o->sc[s] = _mm256_loadu_si256((const __m256i *)sc[s]);
-        for (int j = 0; j < 8; j++) o->mn[j] = _mm256_loadu_si256((const __m256i *)mn[j]);
-        o->d = _mm256_loadu_ps(d);
-        o->dmin = _mm256_loadu_ps(dmin);
+        if (t == KQ_Q6)
+            kq_decode_q6(r, off, &buf[i]);
+        else
+            kq_decode_k45(t, r, off, &buf[i]);
     }
 }
 
