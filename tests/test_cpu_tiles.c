@@ -107,11 +107,43 @@ static void test_attention_groups(void **state) {
             }
 }
 
+/* The AVX2 activation quantizers give the scalar ones' bytes: random rows at several scales,
+ * zeros, a row whose largest magnitude appears twice with both signs (Q8_K takes the first),
+ * NaN, tiny and huge values. */
+static void test_act_quantizers(void **state) {
+    (void)state;
+    if (ls_cpu_isa_hw() < LS_ISA_AVX2) skip();
+    enum { K = 1024 };
+    uint64_t rng = 3;
+    float *x = malloc(sizeof(float) * K);
+    uint8_t *a = malloc(ls_act_q8v_row_size(K)), *b = malloc(ls_act_q8v_row_size(K));
+    assert_true(x && a && b);
+    for (int draw = 0; draw < 40; draw++) {
+        const float scale = draw % 5 == 0 ? 1e-30f : draw % 5 == 1 ? 1e30f : 0.01f + (float)draw;
+        for (int i = 0; i < K; i++) x[i] = rng_normal(&rng, scale);
+        if (draw == 2) memset(x, 0, sizeof(float) * 300); /* zero blocks */
+        if (draw == 3) x[17] = 50.0f, x[40] = -50.0f, x[300] = -50.0f, x[301] = 50.0f;
+        if (draw == 4) x[5] = NAN, x[600] = NAN;
+        const ls_type types[2] = {LS_TYPE_Q8_0, LS_TYPE_Q8_K};
+        for (int t = 0; t < 2; t++) {
+            const size_t n = ls_row_size(types[t], K);
+            ls_quantize_act_row_isa(LS_ISA_SCALAR, types[t], x, a, K);
+            ls_quantize_act_row_isa(LS_ISA_AVX2, types[t], x, b, K);
+            assert_memory_equal(a, b, n);
+        }
+        ls_quantize_act_row_q8v_isa(LS_ISA_SCALAR, x, a, K);
+        ls_quantize_act_row_q8v_isa(LS_ISA_AVX2, x, b, K);
+        assert_memory_equal(a, b, ls_act_q8v_row_size(K));
+    }
+    free(x), free(a), free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vnni_tiles_large),
         cmocka_unit_test(test_kquant_tiles_large),
         cmocka_unit_test(test_attention_groups),
+        cmocka_unit_test(test_act_quantizers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,46 +20,72 @@ static inline float ag_tree8(__m256 v) { /* dot_tree8 of dot_f32.c */
 
 #define AG_INLINE static inline __attribute__((always_inline))
 
+/* KB keys at a time (independent chains hide the fma latency; each key's chain is still
+ * the one-head sequence). */
+AG_INLINE void ag_scores_kb(int G, int KB, const uint16_t *k, int64_t kv_stride, const float *q, int32_t hd,
+                            float scale, float *scores, int64_t s_stride) {
+    __m256 acc[4][LS_ATTN_GROUP];
+#pragma GCC unroll 4
+    for (int j = 0; j < KB; j++)
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) acc[j][h] = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; d += 8) {
+#pragma GCC unroll 4
+        for (int j = 0; j < KB; j++) {
+            const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + j * kv_stride + d)));
+#pragma GCC unroll 4
+            for (int h = 0; h < G; h++)
+                acc[j][h] = _mm256_fmadd_ps(w, _mm256_loadu_ps(q + (int64_t)h * hd + d), acc[j][h]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < KB; j++)
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) scores[h * s_stride + j] = ag_tree8(acc[j][h]) * scale;
+}
+
 AG_INLINE void ag_scores(int G, const uint16_t *k, int64_t kv_stride, int32_t n, const float *q, int32_t hd,
                          float scale, float *scores, int64_t s_stride) {
+    const int KB = G <= 2 ? 4 : 2; /* KB x G accumulators within the 16 registers */
+    int32_t i = 0;
+    for (; i + KB <= n; i += KB)
+        ag_scores_kb(G, KB, k + (int64_t)i * kv_stride, kv_stride, q, hd, scale, scores + i, s_stride);
+    for (; i < n; i++) ag_scores_kb(G, 1, k + (int64_t)i * kv_stride, kv_stride, q, hd, scale, scores + i, s_stride);
+}
+
+/* Dimension blocks of 8 * NV floats per head (NV * G accumulator chains, at least eight so
+ * the fma latency is hidden), keys inner. */
+AG_INLINE void ag_values_nv(int G, int NV, const uint16_t *v, int64_t kv_stride, int32_t n, const float *p,
+                            int64_t p_stride, int32_t d, int32_t hd, float *out) {
+    __m256 acc[LS_ATTN_GROUP][4];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) acc[h][j] = _mm256_setzero_ps();
     for (int32_t i = 0; i < n; i++) {
-        const uint16_t *kr = k + (int64_t)i * kv_stride;
-        __m256 acc[LS_ATTN_GROUP];
+        const uint16_t *vr = v + (int64_t)i * kv_stride + d;
+        __m256 vv[4];
 #pragma GCC unroll 4
-        for (int h = 0; h < G; h++) acc[h] = _mm256_setzero_ps();
-        for (int32_t d = 0; d < hd; d += 8) {
-            const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + d)));
+        for (int j = 0; j < NV; j++) vv[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8 * j)));
 #pragma GCC unroll 4
-            for (int h = 0; h < G; h++) acc[h] = _mm256_fmadd_ps(w, _mm256_loadu_ps(q + (int64_t)h * hd + d), acc[h]);
+        for (int h = 0; h < G; h++) {
+            const __m256 w = _mm256_broadcast_ss(p + h * p_stride + i);
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++) acc[h][j] = _mm256_fmadd_ps(w, vv[j], acc[h][j]);
         }
-#pragma GCC unroll 4
-        for (int h = 0; h < G; h++) scores[h * s_stride + i] = ag_tree8(acc[h]) * scale;
     }
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) _mm256_storeu_ps(out + (int64_t)h * hd + d + 8 * j, acc[h][j]);
 }
 
 AG_INLINE void ag_values(int G, const uint16_t *v, int64_t kv_stride, int32_t n, const float *p, int64_t p_stride,
                          int32_t hd, float *out) {
-    for (int32_t d = 0; d < hd; d += 16) {
-        __m256 lo[LS_ATTN_GROUP], hi[LS_ATTN_GROUP];
-#pragma GCC unroll 4
-        for (int h = 0; h < G; h++) lo[h] = hi[h] = _mm256_setzero_ps();
-        for (int32_t i = 0; i < n; i++) {
-            const uint16_t *vr = v + (int64_t)i * kv_stride + d;
-            const __m256 v0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vr));
-            const __m256 v1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8)));
-#pragma GCC unroll 4
-            for (int h = 0; h < G; h++) {
-                const __m256 w = _mm256_broadcast_ss(p + h * p_stride + i);
-                lo[h] = _mm256_fmadd_ps(w, v0, lo[h]);
-                hi[h] = _mm256_fmadd_ps(w, v1, hi[h]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int h = 0; h < G; h++) {
-            _mm256_storeu_ps(out + (int64_t)h * hd + d, lo[h]);
-            _mm256_storeu_ps(out + (int64_t)h * hd + d + 8, hi[h]);
-        }
-    }
+    int32_t d = 0;
+    if (G <= 2)
+        for (; d + 32 <= hd; d += 32) ag_values_nv(G, 4, v, kv_stride, n, p, p_stride, d, hd, out);
+    for (; d < hd; d += 16) ag_values_nv(G, 2, v, kv_stride, n, p, p_stride, d, hd, out);
 }
 
 void ls_attn_group_scores_avx2(int G, const uint16_t *k, int64_t kv_stride, int32_t n, const float *q, int32_t hd,

@@ -35,6 +35,8 @@ int ls_cpu_isa_set(const char *isa);
 /* Quantize (or copy) one activation row of k floats to act_type (LS_TYPE_Q8_0, LS_TYPE_Q8_K
  * or LS_TYPE_F32); dst must hold ls_row_size(act_type, k) bytes. */
 void ls_quantize_act_row(ls_type act_type, const float *x, void *dst, int64_t k);
+/* The same with the quantizer of a given ISA (the same bytes; for the tests that show it). */
+void ls_quantize_act_row_isa(ls_isa isa, ls_type act_type, const float *x, void *dst, int64_t k);
 
 /* dot(weight row of type wt, activation row already in ls_type_get(wt)->act_type), k elements. */
 typedef float (*ls_vec_dot_fn)(int64_t k, const void *w_row, const void *act_row);
@@ -143,6 +145,7 @@ typedef struct {
 } ls_act_q8v_block;
 size_t ls_act_q8v_row_size(int64_t k);
 void ls_quantize_act_row_q8v(const float *x, void *dst, int64_t k);
+void ls_quantize_act_row_q8v_isa(ls_isa isa, const float *x, void *dst, int64_t k);
 /* Tiles for Q4_0 / Q5_0 / Q8_0 against ls_act_q8v_block rows; NULL for other types or when
  * the library was built without AVX-512 support. Same contract as ls_tile_fn. */
 ls_tile_fn ls_tile_avx512_get(ls_type wt);

@@ -16,6 +16,7 @@
 
 #include "core/f16.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/quant_act_avx2.h"
 
 /* Round to nearest, ties to even, for |v| < 2^22: llama.cpp's nearest_int trick. Adding
  * 1.5 * 2^23 pushes the fraction out of the mantissa with the FPU's default rounding. */
@@ -26,7 +27,11 @@ static inline int act_nearest_int(float v) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-static void act_quantize_q8_0(const float *x, ls_block_q8_0 *y, int64_t k) {
+static void act_quantize_q8_0(ls_isa isa, const float *x, ls_block_q8_0 *y, int64_t k) {
+    if (isa >= LS_ISA_AVX2) { /* the same bytes (quant_act_avx2.c) */
+        for (int64_t b = 0; b < k / LS_QK8_0; b++) ls_act_q8_0_block_avx2(x + b * LS_QK8_0, &y[b]);
+        return;
+    }
     for (int64_t b = 0; b < k / LS_QK8_0; b++, x += LS_QK8_0) {
         float amax = 0.0f;
         /* == fmaxf(amax, fabsf(x[j])) for every input (a NaN x is skipped either way, amax
@@ -43,7 +48,11 @@ static void act_quantize_q8_0(const float *x, ls_block_q8_0 *y, int64_t k) {
     }
 }
 
-static void act_quantize_q8_k(const float *x, ls_block_q8_k *y, int64_t k) {
+static void act_quantize_q8_k(ls_isa isa, const float *x, ls_block_q8_k *y, int64_t k) {
+    if (isa >= LS_ISA_AVX2) {
+        ls_act_q8_k_avx2(x, y, k);
+        return;
+    }
     for (int64_t b = 0; b < k / LS_QK_K; b++, x += LS_QK_K) {
         float max = 0.0f, amax = 0.0f;
         for (int j = 0; j < LS_QK_K; j++) {
@@ -72,13 +81,18 @@ static void act_quantize_q8_k(const float *x, ls_block_q8_k *y, int64_t k) {
     }
 }
 
-void ls_quantize_act_row(ls_type act_type, const float *x, void *dst, int64_t k) {
+void ls_quantize_act_row_isa(ls_isa isa, ls_type act_type, const float *x, void *dst, int64_t k) {
+    if (isa >= LS_ISA_AVX2 && ls_cpu_isa_hw() < LS_ISA_AVX2) isa = LS_ISA_SCALAR; /* never fault */
     switch (act_type) {
-    case LS_TYPE_Q8_0: act_quantize_q8_0(x, dst, k); break;
-    case LS_TYPE_Q8_K: act_quantize_q8_k(x, dst, k); break;
+    case LS_TYPE_Q8_0: act_quantize_q8_0(isa, x, dst, k); break;
+    case LS_TYPE_Q8_K: act_quantize_q8_k(isa, x, dst, k); break;
     case LS_TYPE_F32: memcpy(dst, x, (size_t)k * sizeof(float)); break;
     default: break; /* not an activation format: callers only pass traits' act_type */
     }
+}
+
+void ls_quantize_act_row(ls_type act_type, const float *x, void *dst, int64_t k) {
+    ls_quantize_act_row_isa(ls_cpu_isa(), act_type, x, dst, k);
 }
 
 _Static_assert(sizeof(ls_act_q8v_block) == 192, "q8v block: six 32-byte vectors");
@@ -90,10 +104,18 @@ size_t ls_act_q8v_row_size(int64_t k) {
 /* Each block is quantized exactly as act_quantize_q8_0 does (blocks are independent), then
  * rearranged (tile_avx512.c explains the layout). */
 void ls_quantize_act_row_q8v(const float *x, void *dst, int64_t k) {
+    ls_quantize_act_row_q8v_isa(ls_cpu_isa(), x, dst, k);
+}
+
+void ls_quantize_act_row_q8v_isa(ls_isa isa, const float *x, void *dst, int64_t k) {
     ls_act_q8v_block *out = dst;
+    if (isa >= LS_ISA_AVX2 && ls_cpu_isa_hw() >= LS_ISA_AVX2) {
+        for (int64_t b = 0; b < k / LS_QK8_0; b++) ls_act_q8v_block_avx2(x + b * LS_QK8_0, &out[b]);
+        return;
+    }
     for (int64_t b = 0; b < k / LS_QK8_0; b++) {
         ls_block_q8_0 q;
-        act_quantize_q8_0(x + b * LS_QK8_0, &q, LS_QK8_0);
+        act_quantize_q8_0(LS_ISA_SCALAR, x + b * LS_QK8_0, &q, LS_QK8_0);
         ls_act_q8v_block *o = &out[b];
         for (int g = 0; g < 4; g++)
             for (int h = 0; h < 2; h++)
