@@ -209,9 +209,26 @@ static void cpu_attention(ls_backend *be, const ls_attn_args *a) {
 
 /* ---- elementwise ----------------------------------------------------------------- */
 
+typedef struct {
+    float *g;
+    const float *u;
+    int64_t n;
+} gelu_job;
+
+static void gelu_worker(void *arg, int ith, int nth) {
+    const gelu_job *j = arg;
+    long b, e;
+    ls_split((long)((j->n + 63) / 64), ith, nth, &b, &e); /* pieces of 64 elements */
+    const int64_t i0 = (int64_t)b * 64, i1 = (int64_t)e * 64 < j->n ? (int64_t)e * 64 : j->n;
+    if (i0 < i1) ls_gelu_mul(j->g + i0, j->u + i0, i1 - i0); /* per-element deterministic (dot_f32.c) */
+}
+
 static void cpu_gelu_mul(ls_backend *be, float *g, const float *u, int64_t n) {
-    (void)be;
-    ls_gelu_mul(g, u, n); /* vectorized, per-element deterministic (dot_f32.c) */
+    gelu_job j = {g, u, n};
+    if (n < 16384)
+        gelu_worker(&j, 0, 1);
+    else
+        ls_pool_run(impl_of(be)->pool, gelu_worker, &j);
 }
 
 static void cpu_add(ls_backend *be, float *x, const float *y, int64_t n) {
@@ -316,23 +333,97 @@ static void cpu_rmsnorm_to(ls_backend *be, float *dst, const float *src, const f
     cpu_rmsnorm(be, dst, w, m, n, eps);
 }
 
+/* Row-parallel forms: each row runs the sequence above, op after op, on its own elements
+ * (every op here is row-wise or elementwise), so splitting rows over threads changes no
+ * bit; one pool round instead of several, and no op left on one thread. */
+enum { CPU_PAR_MIN_ELEMS = 16384 }; /* below: one thread (a pool round costs more) */
+
+typedef struct {
+    float *x, *t, *xn;
+    const float *w_post, *w_pre;
+    float s, eps;
+    int64_t m, n;
+} add_rms_job;
+
+static void add_rms_worker(void *arg, int ith, int nth) {
+    const add_rms_job *j = arg;
+    long b, e;
+    ls_split(j->m, ith, nth, &b, &e);
+    for (long r = b; r < e; r++) {
+        float *x = j->x + r * j->n, *t = j->t + r * j->n;
+        rms_row(t, j->w_post, j->n, j->eps);
+        for (int64_t i = 0; i < j->n; i++) x[i] += t[i];
+        if (j->s != 1.0f)
+            for (int64_t i = 0; i < j->n; i++) x[i] *= j->s;
+        if (j->xn) {
+            float *xn = j->xn + r * j->n;
+            if (xn != x) memcpy(xn, x, sizeof(float) * (size_t)j->n);
+            rms_row(xn, j->w_pre, j->n, j->eps);
+        }
+    }
+}
+
 static void cpu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, float s, float *xn,
                             const float *w_pre, int64_t m, int64_t n, float eps) {
-    cpu_rmsnorm(be, t, w_post, m, n, eps);
-    cpu_add(be, x, t, m * n);
-    if (s != 1.0f) cpu_scale(be, x, s, m * n);
-    if (xn) cpu_rmsnorm_to(be, xn, x, w_pre, m, n, eps);
+    add_rms_job j = {x, t, xn, w_post, w_pre, s, eps, m, n};
+    if (m * n < CPU_PAR_MIN_ELEMS)
+        add_rms_worker(&j, 0, 1);
+    else
+        ls_pool_run(impl_of(be)->pool, add_rms_worker, &j);
+}
+
+typedef struct {
+    float *x;
+    const float *w;
+    const int32_t *pos;
+    int64_t m;
+    int32_t n_heads, hd, n_pairs;
+    float eps, theta_base, freq_scale;
+} norm_rope_job;
+
+static void norm_rope_worker(void *arg, int ith, int nth) {
+    const norm_rope_job *j = arg;
+    long b, e;
+    ls_split(j->m, ith, nth, &b, &e);
+    if (b >= e) return;
+    float *xb = j->x + b * (int64_t)j->n_heads * j->hd;
+    for (long i = 0; i < (e - b) * j->n_heads; i++) rms_row(xb + i * j->hd, j->w, j->hd, j->eps);
+    ls_rope_pairs_ref(xb, e - b, j->n_heads, j->hd, j->n_pairs, j->pos + b, j->theta_base, j->freq_scale);
 }
 
 static void cpu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
                           int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
-    cpu_rmsnorm(be, x, w, m * n_heads, hd, eps);
-    cpu_rope_pairs(be, x, m, n_heads, hd, n_pairs, pos, theta_base, freq_scale);
+    norm_rope_job j = {x, w, pos, m, n_heads, hd, n_pairs, eps, theta_base, freq_scale};
+    if (m * n_heads * hd < CPU_PAR_MIN_ELEMS)
+        norm_rope_worker(&j, 0, 1);
+    else
+        ls_pool_run(impl_of(be)->pool, norm_rope_worker, &j);
+}
+
+typedef struct {
+    void *dk, *dv;
+    const float *k, *v;
+    bool f32;
+    int64_t n;
+} kv2_job;
+
+static void kv2_worker(void *arg, int ith, int nth) {
+    const kv2_job *j = arg;
+    long b, e;
+    ls_split((long)((j->n + 63) / 64), ith, nth, &b, &e); /* pieces of 64 elements */
+    const int64_t i0 = (int64_t)b * 64, i1 = (int64_t)e * 64 < j->n ? (int64_t)e * 64 : j->n;
+    if (i0 >= i1) return;
+    const size_t es = j->f32 ? sizeof(float) : sizeof(uint16_t);
+    cpu_kv_store(NULL, (uint8_t *)j->dk + (size_t)i0 * es, j->f32, j->k + i0, i1 - i0);
+    cpu_kv_store(NULL, (uint8_t *)j->dv + (size_t)i0 * es, j->f32, j->v + i0, i1 - i0);
 }
 
 static void cpu_kv_store2(ls_backend *be, void *dk, void *dv, bool f32, const float *k, const float *v, int64_t n) {
-    cpu_kv_store(be, dk, f32, k, n);
-    cpu_kv_store(be, dv, f32, v, n);
+    kv2_job j = {dk, dv, k, v, f32, n};
+    if (n < CPU_PAR_MIN_ELEMS)
+        kv2_worker(&j, 0, 1);
+    else
+        ls_pool_run(impl_of(be)->pool, kv2_worker, &j);
 }
 
 static void cpu_free(ls_backend *be) {
