@@ -136,7 +136,7 @@ done
 
 # The common options, before or after the subcommand, and the top-level usage lists them.
 expect 2 "--device must be cpu, cuda or auto, got 'tpu'" -- "$CLI" --device tpu tokenize -m "$NOMODEL" -p hi
-expect 2 "--isa must be auto or scalar, got 'x'" -- "$CLI" tokenize -m "$NOMODEL" -p hi --isa=x
+expect 2 "--isa must be auto, avx2 or scalar, got 'x'" -- "$CLI" tokenize -m "$NOMODEL" -p hi --isa=x
 "$CLI" help >"$T/main" || bad "lockstep help exits $?"
 for o in $common; do
   [ "$o" = --help ] && continue

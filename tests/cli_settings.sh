@@ -22,10 +22,13 @@ expect() { # expect CODE PATTERN -- command...: exit code and a stderr line matc
 tok=(tokenize -m "$MODEL" -p hi)
 
 # defaults, and each variable / option
-expect 0 "^lockstep settings: device=auto isa=(avx2|scalar) cuda_graphs=1 probe_trace=0 probe_memo=$T/cache/lockstep/probe fault_probe=off fault_alloc=off$" -- "$CLI" "${tok[@]}" --verbose
+expect 0 "^lockstep settings: device=auto isa=(avx512|avx2|scalar) cuda_graphs=1 probe_trace=0 probe_memo=$T/cache/lockstep/probe fault_probe=off fault_alloc=off$" -- "$CLI" "${tok[@]}" --verbose
 expect 0 "isa=scalar" -- env LOCKSTEP_ISA=scalar "$CLI" "${tok[@]}" --verbose
 expect 0 "isa=scalar" -- "$CLI" --isa scalar "${tok[@]}" --verbose
-expect 2 "--isa must be auto or scalar" -- "$CLI" --isa avx512 "${tok[@]}"
+expect 2 "--isa must be auto, avx2 or scalar" -- "$CLI" --isa avx512 "${tok[@]}"
+# avx2 caps the level (no AVX-512 kernels); a CPU without AVX2 still reports scalar
+expect 0 "isa=(avx2|scalar) " -- "$CLI" --isa avx2 "${tok[@]}" --verbose
+expect 0 "isa=(avx2|scalar) " -- env LOCKSTEP_ISA=avx2 "$CLI" "${tok[@]}" --verbose
 expect 0 "cuda_graphs=0" -- env LOCKSTEP_CUDA_GRAPHS=0 "$CLI" "${tok[@]}" --verbose
 expect 0 "cuda_graphs=0" -- "$CLI" "${tok[@]}" --no-cuda-graphs --verbose
 expect 0 "probe_memo=off" -- env LOCKSTEP_PROBE_CACHE=0 "$CLI" "${tok[@]}" --verbose
