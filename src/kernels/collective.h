@@ -1,5 +1,5 @@
-/* Collectives between the ranks of a tensor-parallel group (docs/design.md, "Tensor
- * parallelism: the plan").
+/* Collectives between the ranks of a tensor-parallel group (docs/design.md,
+ * "Tensor parallelism").
  *
  * A group has n ranks; rank r runs on its own thread with its own backend instance, and
  * every rank calls each collective in the same order with the same sizes (the ranks run the

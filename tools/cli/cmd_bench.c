@@ -42,6 +42,7 @@ int cmd_bench(int argc, char **argv) {
     sp.n_ctx = n_pp + n_tg + 16;
     sp.n_threads = c.n_threads;
     sp.n_batch = n_pp;
+    cli_session_tp(&o, &sp);
     int rc = CLI_FAIL;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_pp);
     float *logits = NULL;

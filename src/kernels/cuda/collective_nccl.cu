@@ -6,7 +6,7 @@
  * The declarations come from nccl.h when the toolkit has it (then the pointer types are
  * checked against it at compile time); otherwise from the stable NCCL 2 ABI spelled here.
  *
- * Exact all-reduce (docs/design.md, "Tensor parallelism: the plan"): ncclAllGather of the
+ * Exact all-reduce (docs/design.md, "Tensor parallelism"): ncclAllGather of the
  * rank's [m][d] partial into gather [n][m][d], then rank_sum adds each element over ranks
  * in rank order 0..n-1, starting from rank 0's value; every rank computes the same bits.
  * Both are enqueued on the stream the rank's ops run on (ls_cuda_on_queue), in order. */
