@@ -26,6 +26,7 @@ typedef struct ls_tp_rank {
     int64_t v0, nv; /* the vocabulary slice */
     float *logits;  /* [logit_cap][nv] in the rank's backend memory */
     int32_t logit_cap;
+    bool own_logits; /* allocated here (else the rank workspace's logits buffer, big enough) */
 } ls_tp_rank;
 
 /* A shard of a model for rank r of n: a shallow copy sharing everything with the parent

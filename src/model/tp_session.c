@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/threads.h"
 #include "model/session.h"
 #include "model/tp.h"
@@ -16,7 +17,11 @@ static ls_collective *make_collective(ls_tp_group *g, const ls_device_kind *kind
                                       ls_reduce_mode mode, char *err, size_t errlen) {
     if (strcmp(kind->name, "cpu") == 0) {
         ls_collective *c = ls_collective_host_create(g->n, max_elems, mode);
-        if (!c) snprintf(err, errlen, "--tensor-parallel %d: out of memory for the collective", g->n);
+        if (!c)
+            snprintf(err, errlen, "--tensor-parallel %d: out of memory for the collective", g->n);
+        else
+            LS_INFO("tensor parallel: %d rank(s) as CPU threads, %s all-reduce", g->n,
+                    mode == LS_REDUCE_EXACT ? "exact (all-gather + rank-order sum)" : "plain (ring order)");
         return c;
     }
 #ifdef LS_HAVE_CUDA
@@ -49,7 +54,10 @@ static int rank_head(ls_tp_group *g, const ls_model *m, int r) {
         k->head.biases = (const char *)m->tok_embd.biases + k->v0 * (int64_t)per_row;
     }
     k->logit_cap = rs->n_batch;
-    k->logits = rs->be->ops->alloc(rs->be, sizeof(float) * (size_t)k->logit_cap * (size_t)k->nv);
+    /* Off the host the rank's workspace already holds [n_batch][V] logits floats: reuse them. */
+    k->own_logits = !(rs->ws.logits && rs->ws.logit_cap >= k->logit_cap);
+    k->logits = k->own_logits ? rs->be->ops->alloc(rs->be, sizeof(float) * (size_t)k->logit_cap * (size_t)k->nv)
+                              : rs->ws.logits;
     if (!k->logits) return -1;
     rs->ws.tp = k;
     return 0;
@@ -129,7 +137,7 @@ void ls_tp_group_free(ls_tp_group *g) {
     if (g->coll) g->coll->free(g->coll); /* NCCL: its buffers go back through the rank backends */
     for (int r = 0; r < g->n; r++) {
         ls_session *rs = g->rank_s[r];
-        if (rs && g->rank[r].logits) rs->be->ops->release(rs->be, g->rank[r].logits);
+        if (rs && g->rank[r].own_logits && g->rank[r].logits) rs->be->ops->release(rs->be, g->rank[r].logits);
         ls_session_free(rs);
         ls_tp_shard_free(&g->shard[r]); /* after the session: its constants stay mapped until then */
     }

@@ -29,6 +29,13 @@ typedef enum { ncclFloat32 = 7 } ncclDataType_t;
 typedef enum { ncclSum = 0 } ncclRedOp_t;
 #endif
 
+/* core/log.h is C11 (_Noreturn); spell it the C++ way for this include (as backend_cuda.cu). */
+#define _Noreturn [[noreturn]]
+extern "C" {
+#include "core/log.h"
+}
+#undef _Noreturn
+
 #include "kernels/collective.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -196,5 +203,9 @@ extern "C" ls_collective *ls_collective_nccl_create(int n_ranks, ls_backend **be
             return nullptr;
         }
     }
+    int v = 0;
+    l->get_version(&v); /* e.g. 22703 = 2.27.3 */
+    LS_INFO("tensor parallel: %d rank(s) over NCCL %d.%d.%d, %s all-reduce", n_ranks, v / 10000, v / 100 % 100, v % 100,
+            mode == LS_REDUCE_EXACT ? "exact (all-gather + rank-order sum)" : "plain (ncclAllReduce)");
     return &h->base;
 }
