@@ -8,7 +8,11 @@
 #  (c) N = 2 is close to N = 1, not identical: on the F32 copy of the model top-1 >= 99% and
 #      median relative L2 <= 1e-3; on the Q4_K_M model (int8 activations, whose rounding
 #      noise floor is ~2.6e-2: docs/benchmarks.md) top-1 >= 90% and median <= 5e-2;
-#  (d) what cannot be split is refused with a message: 3 ranks over 4 heads; serve (batcher).
+#  (d) what cannot be split is refused with a message: 3 ranks over 4 heads; serve (batcher);
+#      a MoE fixture;
+#  (e) the float32 Gemma 3 and Gemma 4 dense fixtures (tests/data/hf: Gemma 4's K = V layers
+#      and value norm): prefill == chain at N = 2 and 4, and top-1 equal to N = 0 on every
+#      position with max relative L2 <= 1e-4 (measured ~2.5e-6: only the summation order moves).
 set -euo pipefail
 CLI=${LOCKSTEP_CLI:?}
 MODEL=${LOCKSTEP_MODEL:?}
@@ -68,6 +72,26 @@ if "$CLI" logits -m "$MODEL" --tokens 1,2 -tp 3 -o "$tmp/y.bin" 2>"$tmp/err"; th
 elif ! grep -q "heads are not a multiple" "$tmp/err"; then echo "FAIL: -tp 3: $(cat "$tmp/err")"; fail=1; fi
 if "$CLI" serve -m "$MODEL" --port 0 -tp 2 >/dev/null 2>"$tmp/err" </dev/null; then echo "FAIL: serve -tp 2 ran"; fail=1
 elif ! grep -q "tensor-parallel session cannot join a batcher" "$tmp/err"; then echo "FAIL: serve -tp 2: $(cat "$tmp/err")"; fail=1; fi
+
+if "$CLI" logits -m "$DATA/hf/gemma4_moe" --tokens 1,2 -tp 2 -o "$tmp/y.bin" 2>"$tmp/err"; then echo "FAIL: MoE -tp 2 ran"; fail=1
+elif ! grep -q "MoE models are not supported" "$tmp/err"; then echo "FAIL: MoE -tp 2: $(cat "$tmp/err")"; fail=1; fi
+
+# (e)
+for fx in gemma3_text gemma4_dense; do
+  D=$DATA/hf/$fx
+  ids=$(od -An -v -t d4 -N 160 "$D/golden/tokens.i32" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+  "$CLI" logits -m "$D" --tokens "$ids" -t 2 -o "$tmp/h0.bin"
+  for n in 2 4; do
+    "$CLI" logits -m "$D" --tokens "$ids" -t 2 -tp "$n" -o "$tmp/hp.bin"
+    "$CLI" logits -m "$D" --tokens "$ids" -t 2 -tp "$n" --mode chain -o "$tmp/hc.bin"
+    cmp -s "$tmp/hp.bin" "$tmp/hc.bin" || { echo "FAIL: $fx N=$n prefill and chain differ"; fail=1; }
+    r=$("$BIN/lockstep-logits-criteria" compare "$tmp/h0.bin" "$tmp/hp.bin" --vocab 512 | grep '^result')
+    echo "$fx N=$n vs off: $r"
+    awk -v r="$r" 'BEGIN { k = split(r, f, /[ =]/); for (i = 1; i < k; i++) v[f[i]] = f[i + 1];
+                          exit !(v["agree"] == v["n"] && v["max"] <= 1e-4) }' ||
+      { echo "FAIL: $fx N=$n is not within top-1 100% / max rel L2 1e-4 of N=0"; fail=1; }
+  done
+done
 
 [ $fail -eq 0 ] && echo "PASS: tensor parallelism (N = 1 == plain; N = 2, 4 batch-invariant; N = 2 close to N = 1)"
 exit $fail

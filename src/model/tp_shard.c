@@ -117,8 +117,9 @@ static int shard_layer(ls_tp_shard *sh, ls_layer *l, const ls_layer *src, int nh
     l->n_kv = nkv_r;
     l->n_ff = (int32_t)ff_r;
     l->wq = row_slice(&src->wq, r * nh_r * hd, nh_r * hd);
-    l->wk = row_slice(&src->wk, kv0 * hd, nkv_r * hd);
-    if (!src->k_eq_v) l->wv = row_slice(&src->wv, kv0 * hd, nkv_r * hd);
+    /* KV-shared layers (Gemma 4) have no K / V projection of their own */
+    if (src->wk.data) l->wk = row_slice(&src->wk, kv0 * hd, nkv_r * hd);
+    if (src->wv.data && !src->k_eq_v) l->wv = row_slice(&src->wv, kv0 * hd, nkv_r * hd);
     l->w_gate = row_slice(&src->w_gate, r * ff_r, ff_r);
     l->w_up = row_slice(&src->w_up, r * ff_r, ff_r);
     if (n == 1) return 0; /* the whole weights: nothing to repack */
