@@ -18,7 +18,7 @@
 # Prints a table; exits non-zero when any byte comparison fails. --device cpu runs the same
 # checks on the CPU (host collective instead of NCCL), for trying the script without a GPU.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 MODEL=${LOCKSTEP_MODEL:-$HOME/.cache/lockstep/gemma-3-270m-q4_k_m.gguf}
 N=700
