@@ -110,6 +110,17 @@ typedef struct {
      * f16 for GGUF files), 1 = f16, 2 = f32. */
     int32_t kv_type;
     const char *device; /* "cpu", "cuda"; NULL = the model's device */
+    /* Tensor parallelism (docs/design.md, "Tensor parallelism"): 0 = off (one backend, the
+     * default); N >= 1 = N ranks, each a thread with its own backend and shard of the weights
+     * and KV cache, meeting in an exact all-reduce (cpu: host threads; cuda: NCCL over devices
+     * 0..N-1, so N = 1 is the NCCL path with a communicator of size 1, bit-identical to off).
+     * Logits at a fixed N are batch-invariant; across different N they are close, not identical.
+     * Dense Gemma only; not with a batcher or the assistant drafter yet. */
+    int32_t tensor_parallel;
+    /* 0 = the exact all-reduce (all-gather, then a rank-order sum); 1 = the library's plain
+     * all-reduce (ncclAllReduce): only to measure the difference, its order depends on the
+     * row count at N >= 3. */
+    int32_t tp_reduce;
 } ls_session_params;
 ls_session_params ls_session_default_params(void);
 
@@ -224,9 +235,10 @@ typedef enum {
 /* ---- exactness probe --------------------------------------------------------------- */
 
 typedef struct {
-    int32_t block_size; /* K, 2..16 */
-    int32_t n_threads;  /* 0 = all cores */
-    bool trace;         /* always localize and log per-layer results (also: LS_TESTCTL_PROBE_TRACE) */
+    int32_t block_size;      /* K, 2..16 */
+    int32_t n_threads;       /* 0 = all cores */
+    bool trace;              /* always localize and log per-layer results (also: LS_TESTCTL_PROBE_TRACE) */
+    int32_t tensor_parallel; /* ls_session_params.tensor_parallel of the probed sessions (0 = off) */
 } ls_probe_params;
 /* Runs the probe (a fault set with LS_TESTCTL_FAULT_PROBE applies). Returns LS_OK when it
  * ran, with *passed = whether verify blocks are byte-identical to the single-token chain and

@@ -38,13 +38,14 @@ want[run]="--model --prompt --file --n-predict --threads --ctx-size --batch-size
   --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --seed --ignore-eos --json-schema
   --json-schema-file --stats --draft
   --model-draft --draft-block-size --draft-ngram-min --draft-ngram-max --spec-sampling --no-adaptive --allow-inexact
-  --trace"
+  --trace --tensor-parallel"
 want[tokenize]="--model --prompt --file --no-bos --no-special"
-want[logits]="--model --prompt --file --tokens --mode --output --threads --ctx-size"
-want[bench]="--model --threads --n-prompt --n-gen --reps --verify"
-want[probe]="--model --threads --draft-block-size --trace"
+want[logits]="--model --prompt --file --tokens --mode --output --threads --ctx-size --tensor-parallel --tp-reduce"
+want[bench]="--model --threads --n-prompt --n-gen --reps --verify --tensor-parallel --tp-reduce"
+want[probe]="--model --threads --draft-block-size --trace --tensor-parallel"
 want[serve]="--model --threads --ctx-size --batch-size --draft --model-draft --draft-block-size --allow-inexact --host
-  --port --parallel --api-key --timeout --alias --queue-timeout --shutdown-timeout --header-timeout --no-webui"
+  --port --parallel --api-key --timeout --alias --queue-timeout --shutdown-timeout --header-timeout --no-webui
+  --tensor-parallel"
 for c in $cmds; do
   exp=$(tr ' ' '\n' <<<"${want[$c]} $common" | grep . | sort)
   got=$(rows_of "$c" | cut -f1 | sort)

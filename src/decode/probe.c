@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "model/tp.h"
 
 enum { N_SHORT = 3, MAX_K = LS_SPEC_MAX_BLOCK };
 
@@ -324,6 +325,7 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
     sp.n_ctx = long_len + k + 8;
     sp.n_threads = opt->n_threads;
     sp.device = opt->device;
+    sp.tensor_parallel = opt->tensor_parallel;
     sp.n_batch = 512 > k ? 512 : k;
     int rc = ls_session_create(model, &sp, &s, err, errlen);
     if (rc != LS_OK) return rc;
@@ -393,7 +395,7 @@ typedef struct {
     const ls_model *m;
     const ls_device_kind *kind;
     char drafter[32];
-    int32_t k, threads;
+    int32_t k, threads, tp;
     ls_probe_result res;
 } memo_entry;
 
@@ -416,6 +418,8 @@ static bool disk_cache_path(const ls_session *s, const char *drafter, int32_t k,
     snprintf(key, sizeof key, "%s|%llu|%lld|%s|%s|%s|%s|%s|%s|%d|%d", m->path, (unsigned long long)m->file_size,
              (long long)m->file_mtime, ls_version(), ls_build_id(), ls_backend_name(), s->kind->name,
              s->kind->device_name(), drafter, k, s->n_threads);
+    if (s->tp) /* the verdict holds for this rank count (docs/design.md, "Tensor parallelism") */
+        snprintf(key + strlen(key), sizeof key - strlen(key), "|tp%d", s->tp->n);
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (const char *p = key; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
     return snprintf(out, cap, "%s/%016llx.pass", dir, (unsigned long long)h) < (int)cap;
@@ -455,10 +459,11 @@ static void disk_cache_write(const char *path, const ls_probe_result *res) {
 
 void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size, ls_probe_result *res) {
     const ls_model *m = s->model;
+    int32_t tp = s->tp ? s->tp->n : 0;
     pthread_mutex_lock(&g_memo_mu);
     for (int i = 0; i < g_memo_n; i++) {
         memo_entry *e = &g_memo[i];
-        if (e->m == m && e->kind == s->kind && e->k == block_size && e->threads == s->n_threads &&
+        if (e->m == m && e->kind == s->kind && e->k == block_size && e->threads == s->n_threads && e->tp == tp &&
             !strcmp(e->drafter, drafter)) {
             *res = e->res;
             pthread_mutex_unlock(&g_memo_mu);
@@ -466,7 +471,8 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
         }
     }
     pthread_mutex_unlock(&g_memo_mu);
-    ls_probe_options opt = {.block_size = block_size, .n_threads = s->n_threads, .device = s->kind->name};
+    ls_probe_options opt = {
+        .block_size = block_size, .n_threads = s->n_threads, .device = s->kind->name, .tensor_parallel = tp};
     char cache_path[1100];
     bool use_disk = disk_cache_path(s, drafter, block_size, cache_path, sizeof cache_path);
     /* A trace or an injected fault always runs the probe for real. */
@@ -489,6 +495,7 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
         snprintf(e->drafter, sizeof e->drafter, "%s", drafter);
         e->k = block_size;
         e->threads = s->n_threads;
+        e->tp = tp;
         e->res = *res;
     }
     pthread_mutex_unlock(&g_memo_mu);
@@ -497,8 +504,10 @@ void ls_probe_run_cached(ls_session *s, const char *drafter, int32_t block_size,
 /* ---- public entry ------------------------------------------------------------------- */
 
 int ls_probe(ls_model *m, const ls_probe_params *p, bool *passed, char *msg, size_t msglen, char *err, size_t errlen) {
-    ls_probe_options opt = {
-        .block_size = p->block_size, .n_threads = p->n_threads > 0 ? p->n_threads : 0, .trace = p->trace};
+    ls_probe_options opt = {.block_size = p->block_size,
+                            .n_threads = p->n_threads > 0 ? p->n_threads : 0,
+                            .trace = p->trace,
+                            .tensor_parallel = p->tensor_parallel};
     ls_probe_result r;
     *passed = false;
     int rc = ls_probe_run(m, &opt, &r, err, errlen);

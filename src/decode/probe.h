@@ -14,11 +14,12 @@
 #include "model/session.h"
 
 typedef struct {
-    int32_t block_size; /* K */
-    int32_t n_threads;  /* 0: all cores */
-    const char *device; /* "cpu" / "cuda"; NULL: the model's device */
-    bool trace;         /* always run the localization pass and log per-layer results (or
-                         * when the process-wide trace switch is on) */
+    int32_t block_size;      /* K */
+    int32_t n_threads;       /* 0: all cores */
+    const char *device;      /* "cpu" / "cuda"; NULL: the model's device */
+    int32_t tensor_parallel; /* ranks of the probed sessions (ls_session_params; 0 = off) */
+    bool trace;              /* always run the localization pass and log per-layer results (or
+                              * when the process-wide trace switch is on) */
 } ls_probe_options;
 
 typedef struct {

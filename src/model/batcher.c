@@ -274,6 +274,12 @@ int ls_session_attach(ls_session *s, ls_batcher *b, char *err, size_t errlen) {
         s->batcher = NULL;
     }
     if (!b) return LS_OK;
+    if (s->tp) {
+        snprintf(
+            err, errlen,
+            "attach: a tensor-parallel session cannot join a batcher yet (docs/design.md, \"Tensor parallelism\")");
+        return LS_ERR_ARG;
+    }
     if (b->m != s->model || s->n_ctx > b->n_ctx || s->n_batch > b->max_rows || s->kind != b->kind) {
         snprintf(err, errlen,
                  "attach: the session (context %d, batch %d, %s) does not fit the batcher (context %d, %d rows, %s) or "

@@ -26,6 +26,14 @@
 #include "core/f16.h"
 #include "core/log.h"
 #include "model/session.h"
+#include "model/tp.h"
+
+/* Tensor parallelism (model/tp.h): after a row-parallel projection (wo, w_down) each rank
+ * holds a partial sum of the [n][d] rows; the exact all-reduce makes them the whole sum, the
+ * same bits on every rank whatever n (kernels/collective.h). No-op without TP. */
+static void tp_reduce(ls_workspace *ws, float *rows, int32_t n, int64_t d) {
+    if (ws->tp) ws->tp->coll->all_reduce(ws->tp->coll, ws->tp->rank, rows, n, d);
+}
 
 /* Rows pos0..pos0+n-1 are consecutive slots of the chronological cache (K and V in one op). */
 static void store_kv(ls_backend *be, ls_kv_layer *c, const float *k, const float *v, int32_t pos0, int32_t n) {
@@ -156,6 +164,7 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
         op->attention(be, &a);
     }
     op->matmul(be, &l->wo, ws->att, n, ws->tmp);
+    tp_reduce(ws, ws->tmp, n, cfg->n_embd);
 }
 
 /* PLE inputs of every row (docs/gemma.md 3.1), from the scaled embeddings in ws->x:
@@ -228,6 +237,12 @@ static int lm_head_matmul(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, in
     const ls_backend_ops *op = be->ops;
     int64_t nv = cfg->n_vocab;
     int with = 0, only = 0;
+    if (ws->tp) { /* this rank's vocabulary slice, into its own buffer (lm_head_out gathers) */
+        LS_ASSERT(nl <= ws->tp->logit_cap);
+        op->matmul(be, &ws->tp->head, ws->xn, nl, ws->tp->logits);
+        if (cfg->final_softcap > 0) op->softcap(be, ws->tp->logits, cfg->final_softcap, (int64_t)nl * ws->tp->nv);
+        return -1;
+    }
     for (int j = 0; j < nseg; j++)
         if (segs[j].logits && segs[j].logits_from < segs[j].n) with++, only = j;
     if (with == 1 && op->host_memory) {
@@ -242,10 +257,34 @@ static int lm_head_matmul(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, in
     return -1;
 }
 
+/* Tensor parallelism: this rank's columns [v0, v0 + nv) of each logits row (one download when
+ * the slice is the whole row). The probe's lm-head hooks run on the gathered rows
+ * (tp_session.c). */
+static void lm_head_out_tp(ls_backend *be, const ls_tp_rank *tp, ls_fwd_seg *segs, int nseg) {
+    int64_t V = segs[0].s->model->cfg.n_vocab;
+    int32_t at = 0;
+    for (int j = 0; j < nseg; j++) {
+        ls_fwd_seg *g = &segs[j];
+        if (!g->logits || g->logits_from >= g->n) continue;
+        int32_t from = g->logits_from < 0 ? 0 : g->logits_from, rows = g->n - from;
+        if (tp->nv == V)
+            be->ops->download(be, g->logits, tp->logits + (int64_t)at * V, sizeof(float) * (size_t)(rows * V));
+        else
+            for (int32_t r = 0; r < rows; r++)
+                be->ops->download(be, g->logits + r * V + tp->v0, tp->logits + (int64_t)(at + r) * tp->nv,
+                                  sizeof(float) * (size_t)tp->nv);
+        at += rows;
+    }
+}
+
 /* Copy each segment's logits rows out (unless written directly) and run the probe hooks. */
 static void lm_head_out(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int nseg, int direct) {
     int64_t nv = segs[0].s->model->cfg.n_vocab;
     int32_t at = 0;
+    if (ws->tp) {
+        lm_head_out_tp(be, ws->tp, segs, nseg);
+        return;
+    }
     for (int j = 0; j < nseg; j++) {
         ls_fwd_seg *g = &segs[j];
         if (!g->logits || g->logits_from >= g->n) continue;
@@ -283,7 +322,7 @@ void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int ns
     op->upload(be, ws->tokens, ws->h_ids, sizeof(int32_t) * (size_t)(ws->cap + n));
     /* One step = one recorded launch sequence where the backend records them (CUDA graphs):
      * not when the probe hooks or MoE routing read values back mid-step. */
-    bool captured = op->step_begin && !hooks && cfg->n_expert == 0;
+    bool captured = op->step_begin && !hooks && cfg->n_expert == 0 && !ws->tp; /* collectives: not in a graph */
     if (captured) op->step_begin(be, ((int64_t)n << 32) | ((int64_t)nseg << 20) | n_logit_rows);
 
     op->get_rows(be, &m->tok_embd, ws->tokens, n, ws->x);
@@ -312,6 +351,7 @@ void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int ns
         op->matmul(be, &l->w_up, ws->xn, n, ws->up);
         op->gelu_mul(be, ws->gate, ws->up, (int64_t)n * l->n_ff);
         op->matmul(be, &l->w_down, ws->gate, n, ws->tmp);
+        tp_reduce(ws, ws->tmp, n, d);
         if (l->moe) {
             /* m = post_norm_1(mlp) + post_norm_2(experts); both read the residual x */
             op->rmsnorm(be, ws->tmp, l->moe->post_norm_1, n, d, cfg->eps);

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "model/session.h"
+#include "model/tp.h"
 
 ls_session_params ls_session_default_params(void) {
     ls_session_params p = {.n_ctx = 0, .n_threads = 0, .n_batch = 512};
@@ -57,6 +58,14 @@ int ls_session_create(ls_model *m, const ls_session_params *p, ls_session **out,
     const ls_device_kind *kind = ls_model_kind_for(m, p->device, err, errlen);
     if (!kind) return LS_ERR_ARG;
     bool on_host = strcmp(kind->name, "cpu") == 0;
+    if (p->tensor_parallel < 0 || p->tensor_parallel > LS_MAX_RANKS || p->tp_reduce < 0 || p->tp_reduce > 1) {
+        snprintf(err, errlen, "tensor_parallel %d (0..%d) or tp_reduce %d (0..1) out of range", p->tensor_parallel,
+                 (int)LS_MAX_RANKS, p->tp_reduce);
+        return LS_ERR_ARG;
+    }
+    /* Tensor parallelism: a facade over rank sessions of shard models (model/tp.h); off (0)
+     * leaves everything below as it was. */
+    if (p->tensor_parallel > 0) return ls_tp_session_create(m, p, kind, out, err, errlen);
 
     /* Budget everything before allocating anything. */
     int64_t d = c->n_embd;
@@ -115,6 +124,7 @@ nomem:
 void ls_session_free(ls_session *s) {
     if (!s) return;
     if (s->batcher) ls_session_attach(s, NULL, NULL, 0);
+    if (s->tp) ls_tp_group_free(s->tp);
     if (s->kv)
         for (int i = 0; i < s->model->cfg.n_layer; i++) ls_kv_free(&s->kv[i]);
     free(s->kv);
@@ -152,6 +162,7 @@ int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t log
     ls_fwd_seg g = {.s = s, .tokens = tokens, .n = n, .logits_from = logits_from, .logits = logits};
     s->last_step_ms = 0; /* a failed eval reports no step */
     if (s->batcher) return ls_batcher_eval(s->batcher, &g, err, errlen);
+    if (s->tp) return ls_tp_eval(s, tokens, n, logits_from, logits, err, errlen);
     double t0 = ls_now_ms();
     int rc = ls_fwd_prepare(&g, s->n_batch, err, errlen);
     if (rc != LS_OK) return rc;
@@ -162,6 +173,7 @@ int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t log
 
 int ls_session_truncate(ls_session *s, int32_t pos) {
     if (pos < 0 || pos > s->pos) return LS_ERR_ARG;
+    if (s->tp) return ls_tp_truncate(s, pos);
     /* Check every layer first so a refused rollback changes nothing. */
     const ls_model *m = s->model;
     for (int i = 0; i < m->cfg.n_layer; i++)
@@ -195,6 +207,7 @@ int32_t ls_session_n_hidden(const ls_session *s) {
 int32_t ls_session_kv_source(const ls_session *s, bool sliding, const ls_kv_layer **kv, int32_t *n_kv,
                              int32_t *head_dim) {
     const ls_model *m = s->model;
+    if (!s->kv) return -1; /* a tensor-parallel facade: its caches are sharded over the ranks */
     for (int i = m->cfg.n_layer - 1; i >= 0; i--) {
         const ls_layer *l = &m->layers[i];
         if (l->kv_src != i || l->sliding != sliding) continue;

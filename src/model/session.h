@@ -63,6 +63,8 @@ typedef struct {
      * matmul for every row of the step): [logit_cap][n_vocab]; 0 rows for a session's own. */
     float *logits;
     int32_t logit_cap;
+    /* Tensor-parallel rank this workspace's forwards run as (model/tp.h); NULL = no TP. */
+    const struct ls_tp_rank *tp;
 } ls_workspace;
 
 uint64_t ls_workspace_bytes(const ls_model *m, int32_t rows, int32_t logit_rows);
@@ -106,6 +108,9 @@ struct ls_session {
     bool fault_on;
     int32_t fault_layer;
     ls_stage fault_stage;
+    /* Tensor parallelism (model/tp.h): this session is a facade over the group's rank
+     * sessions (it has no KV cache, workspace or backend of its own). NULL = no TP. */
+    struct ls_tp_group *tp;
 };
 
 /* Most segments (sessions) in one forward step. */

@@ -17,6 +17,9 @@ typedef struct {
     int32_t n_ctx;      /* -c */
 } cli_common;
 
+/* -tp / --tp-reduce into session parameters (0 when not given: tensor parallelism off). */
+void cli_session_tp(const cli_opts *o, ls_session_params *sp);
+
 /* Exit codes: 0 ok, 1 runtime failure, 2 usage / bad input. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 

@@ -163,3 +163,8 @@ int32_t *cli_tokenize(const ls_model *m, const char *text, size_t len, bool add_
     if (!ids) fprintf(stderr, "lockstep: tokenization failed\n");
     return ids;
 }
+
+void cli_session_tp(const cli_opts *o, ls_session_params *sp) {
+    sp->tensor_parallel = o->given[OPT_TENSOR_PARALLEL] ? o->v[OPT_TENSOR_PARALLEL].i : 0;
+    sp->tp_reduce = o->given[OPT_TP_REDUCE] && !strcmp(o->v[OPT_TP_REDUCE].s, "plain");
+}

@@ -42,6 +42,7 @@ int cmd_bench(int argc, char **argv) {
     sp.n_ctx = n_pp + n_tg + 16;
     sp.n_threads = c.n_threads;
     sp.n_batch = n_pp;
+    cli_session_tp(&o, &sp);
     int rc = CLI_FAIL;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_pp);
     float *logits = NULL;
@@ -99,10 +100,13 @@ int cmd_bench(int argc, char **argv) {
     ls_model_get_info(m, &mi);
     printf("device=%s backend=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f decode_tokens=%d "
            "decode_tok_s=%.2f reps=%d peak_rss_mib=%.1f weight_gib=%.3f decode_weight_gb_s=%.1f step_ms=%.3f "
-           "verify%d_ms=%.3f verify_over_step=%.2f\n",
+           "verify%d_ms=%.3f verify_over_step=%.2f",
            ls_session_device(s), ls_device_name_of(ls_session_device(s)), ls_session_n_threads(s), n_pp, pp[reps / 2],
            n_tg, tg[reps / 2], reps, ru.ru_maxrss / 1024.0, mi.weight_bytes / 1073741824.0,
            mi.weight_bytes * tg[reps / 2] / 1e9, st[nrep / 2], kv, vb[nrep / 2], vb[nrep / 2] / st[nrep / 2]);
+    if (sp.tensor_parallel > 0)
+        printf(" tensor_parallel=%d tp_reduce=%s", sp.tensor_parallel, sp.tp_reduce ? "plain" : "exact");
+    printf("\n");
     rc = CLI_OK;
     goto done;
 evalfail:

@@ -99,6 +99,7 @@ int cmd_logits(int argc, char **argv) {
     sp.n_ctx = c.n_ctx ? c.n_ctx : (n < 4096 ? 4096 : n);
     sp.n_threads = c.n_threads;
     sp.n_batch = chunk;
+    cli_session_tp(&o, &sp);
     if (ls_session_create(m, &sp, &s, err, sizeof err) != LS_OK) {
         fprintf(stderr, "lockstep: %s\n", err);
         goto done;

@@ -16,7 +16,8 @@ int cmd_probe(int argc, char **argv) {
     if (o.v[OPT_TRACE].on) cli_set_probe_trace(true);
     cli_common c = {.model = o.v[OPT_MODEL].s, .n_threads = o.v[OPT_THREADS].i};
     int32_t k = o.v[OPT_DRAFT_BLOCK_SIZE].i; /* 0: K = 2..8 */
-    ls_probe_params pp = {.n_threads = c.n_threads};
+    ls_probe_params pp = {.n_threads = c.n_threads,
+                          .tensor_parallel = o.given[OPT_TENSOR_PARALLEL] ? o.v[OPT_TENSOR_PARALLEL].i : 0};
     ls_model *m = cli_open_model(c.model);
     if (!m) return CLI_FAIL;
     int rc = CLI_OK;

@@ -175,6 +175,7 @@ int cmd_run(int argc, char **argv) {
     sp.n_ctx = c.n_ctx;
     sp.n_threads = c.n_threads;
     if (n_batch) sp.n_batch = n_batch;
+    cli_session_tp(&o, &sp);
     if (ls_session_create(m, &sp, &s, err, sizeof err) != LS_OK) {
         fprintf(stderr, "lockstep: %s\n", err);
         goto done;

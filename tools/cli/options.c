@@ -115,6 +115,12 @@ const cli_opt cli_opt_table[] = {
      "or of its previous response, or it is closed (default 10)"},
     {OPT_NO_WEBUI, "--no-webui", {0}, OPT_T_FLAG, NULL, 0, 0, SRV, false,
      "no chat page at / (by default GET / serves it, embedded in the binary; docs/webui.md)"},
+    {OPT_TENSOR_PARALLEL, "--tensor-parallel", {"-tp"}, OPT_T_INT, "N", 1, 8, RUN | LOG | BEN | PRO | SRV, false,
+     "split the model over N ranks (cpu: threads; cuda: GPUs 0..N-1 through NCCL, N = 1 today), meeting in an "
+     "exact all-reduce; default: off (docs/design.md, \"Tensor parallelism\")"},
+    {OPT_TP_REDUCE, "--tp-reduce", {0}, OPT_T_ENUM, "exact|plain", 0, 0, LOG | BEN, false,
+     "all-reduce of --tensor-parallel: exact (all-gather, rank-order sum; default) or plain (ncclAllReduce: to "
+     "measure the cost; not batch-invariant at N >= 3)"},
     {OPT_DEVICE, "--device", {0}, OPT_T_ENUM, "cpu|cuda|auto", 0, 0, ALL, true,
      "where the model runs (default: cuda when built with CUDA and a GPU is present, else cpu)"},
     {OPT_ISA, "--isa", {0}, OPT_T_ENUM, "auto|avx2|scalar", 0, 0, ALL, true,

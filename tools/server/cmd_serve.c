@@ -38,6 +38,7 @@ static bool serve_config(int argc, char **argv, srv_config *cfg, int *rc) {
     o.v[OPT_HEADER_TIMEOUT].i = 10;
     *rc = cli_opts_parse(CLI_CMD_SERVE, argc, argv, &o);
     if (*rc != CLI_CONTINUE) return false;
+    cfg->tensor_parallel = o.given[OPT_TENSOR_PARALLEL] ? o.v[OPT_TENSOR_PARALLEL].i : 0;
     cfg->model_path = o.v[OPT_MODEL].s;
     cfg->host = o.v[OPT_HOST].s;
     cfg->port = o.v[OPT_PORT].i;

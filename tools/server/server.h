@@ -18,6 +18,7 @@ typedef struct srv_config {
     const char *model_path, *host, *api_key, *draft_kind, *draft_path, *alias;
     int port; /* -1: no listening socket (connections come from srv_http_adopt) */
     int parallel, n_ctx, n_threads, n_batch, block_size, timeout_s, queue_cap;
+    int tensor_parallel;    /* -tp: slot sessions refuse it at attach until the batcher runs ranks */
     int queue_timeout_s;    /* a request still queued after this long gets 503 */
     int header_timeout_s;   /* a connection must deliver its request (headers + body) within this */
     int shutdown_timeout_s; /* SIGTERM/SIGINT: grace for running generations */

@@ -513,6 +513,7 @@ int srv_slots_start(srv_server *s, char *err, size_t errlen) {
         sp.n_ctx = s->cfg.n_ctx;
         sp.n_threads = s->cfg.n_threads;
         sp.n_batch = s->cfg.n_batch;
+        sp.tensor_parallel = s->cfg.tensor_parallel;
         if (ls_session_create(s->model, &sp, &sl->session, e, sizeof e) != LS_OK) {
             snprintf(err, errlen, "slot %d of %d: %s (try a smaller -c or --parallel)", i + 1, s->n_slots, e);
             return -1;

@@ -915,6 +915,15 @@ ls_backend *cu_create(const ls_backend_params *p) {
 
 } // namespace
 
+/* Collectives (kernels/collective.h, collective_nccl.cu) enqueue on the process queue like
+ * an op, so they are ordered with the ops before and after them; never inside a step. */
+void ls_cuda_on_queue(ls_backend *be, void (*fn)(cudaStream_t st, void *ud), void *ud) {
+    no_step(impl_of(be), "a collective");
+    QueueLock q;
+    q.forbid_capture("a collective");
+    fn(g_stream, ud);
+}
+
 extern "C" const ls_device_kind ls_device_cuda = {
     "cuda", cu_available, cu_device_name, cu_map_const, cu_unmap_const, cu_create,
 };

@@ -73,4 +73,9 @@ void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]);
 void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch,
                        size_t scratch_bytes);
 
+/* ---- backend_cuda.cu: collectives ---- */
+/* Runs fn(stream, ud) under the queue lock on the stream the ops of `be` run on (outside any
+ * step): fn enqueues a collective (NCCL) in order with those ops. */
+void ls_cuda_on_queue(ls_backend *be, void (*fn)(cudaStream_t st, void *ud), void *ud);
+
 #endif
