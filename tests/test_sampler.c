@@ -27,6 +27,29 @@ static void test_greedy_ties_lowest_id(void **st) {
     assert_int_equal(ls_sample(&s, l, 6, NULL, 0), 1);
 }
 
+/* Greedy picks what `if (l[i] > l[best]) best = i` picks, on random rows of every length
+ * 1..70 (the eight-lane pass and its tail), with ties, -0.0 / +0.0, infinities and NaN (a
+ * NaN never wins; a NaN at index 0 stays). */
+static void test_greedy_matches_scalar_scan(void **st) {
+    (void)st;
+    ls_sampling s = plain(0);
+    uint64_t r = 99;
+    float l[70];
+    for (int n = 1; n <= 70; n++)
+        for (int draw = 0; draw < 40; draw++) {
+            for (int i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                const int v = (int)(r >> 59); /* 0..31: small range, many ties */
+                l[i] = v == 31 ? NAN : v == 30 ? -0.0f : v == 29 ? INFINITY : v == 28 ? -INFINITY : (float)(v % 7);
+            }
+            if (draw == 0) l[0] = NAN;
+            int32_t best = 0;
+            for (int i = 1; i < n; i++)
+                if (l[i] > l[best]) best = i;
+            assert_int_equal(ls_sample(&s, l, n, NULL, 0), best);
+        }
+}
+
 static void test_position_keyed_pure(void **st) {
     (void)st;
     float l[50];
@@ -94,6 +117,7 @@ static void test_penalties(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_ties_lowest_id),
+        cmocka_unit_test(test_greedy_matches_scalar_scan),
         cmocka_unit_test(test_position_keyed_pure),
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_filters),

@@ -62,11 +62,23 @@ static void apply_penalties(const ls_sampling *sp, float *l, int32_t n_vocab, in
     }
 }
 
+/* The first index of the largest logit, as `if (l[i] > l[best]) best = i` finds it (a NaN
+ * never wins, a NaN at 0 stays), in two passes the compiler can keep in eight independent
+ * lanes: the maximum (order-free), then its first index. It runs for every row a verify
+ * block checks, over the whole vocabulary. */
 static int32_t argmax(const float *l, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > l[best]) best = i;
-    return best;
+    if (l[0] != l[0]) return 0; /* NaN first: nothing compares greater */
+    float m8[8];
+    for (int j = 0; j < 8; j++) m8[j] = l[0];
+    int32_t i = 1;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) m8[j] = l[i + j] > m8[j] ? l[i + j] : m8[j];
+    float m = m8[0];
+    for (int j = 1; j < 8; j++) m = m8[j] > m ? m8[j] : m;
+    for (; i < n; i++) m = l[i] > m ? l[i] : m;
+    for (i = 0; i < n; i++)
+        if (l[i] == m) return i;
+    return 0;
 }
 
 /* Keep the k best of n logits in c[0..k) sorted (descending logit, ascending id). */
