@@ -182,10 +182,11 @@ static void attn_worker(void *arg, int ith, int nth) {
     const int32_t group = a->n_head / a->n_kv;
     if (!a->kv_f32 && a->hd % 16 == 0 && ls_cpu_isa() >= LS_ISA_AVX2) {
         /* (row, run of up to R heads of one KV head), dealt round-robin; R shrinks until
-         * every thread has work (a decode step has one row: one run of four heads would
-         * leave the other threads idle). R never changes a head's bits. */
+         * every thread has about four items (a decode step has one row: one run of four heads
+         * would leave the other threads idle; five rows on two threads split 3 / 2). R never
+         * changes a head's bits. */
         int32_t R = LS_ATTN_GROUP;
-        while (R > 1 && a->m * a->n_kv * ((group + R - 1) / R) < 2 * (int64_t)nth) R = (R + 1) / 2;
+        while (R > 1 && a->m * a->n_kv * ((group + R - 1) / R) < 4 * (int64_t)nth) R = (R + 1) / 2;
         const int32_t runs = (group + R - 1) / R;
         for (long t = ith; t < (long)(a->m * a->n_kv * runs); t += nth) {
             const int64_t r = t / (a->n_kv * runs);
