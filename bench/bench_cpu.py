@@ -18,26 +18,18 @@ import argparse
 import glob
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
 import tarfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import cpu_name  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CACHE = os.path.expanduser("~/.cache/lockstep")
 SDIST = "llama-cpp-python==0.3.36"
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def cpu_has_avx512_vnni():

@@ -54,7 +54,6 @@ import http.client
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import signal
@@ -64,6 +63,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import cpu_name  # noqa: E402
 
 PROMPTS = [
     "Once upon a time, in a small village by the sea,",
@@ -75,16 +77,6 @@ PROMPTS = [
     "A good night's sleep matters because",
     "The city council met on Tuesday to discuss",
 ]
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def gpu_name():

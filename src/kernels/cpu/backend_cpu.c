@@ -210,6 +210,15 @@ static void cpu_attention(ls_backend *be, const ls_attn_args *a) {
 
 /* ---- elementwise ----------------------------------------------------------------- */
 
+/* Thread ith's share [*i0, *i1) of n elements, in whole pieces of 64 (a cache line of floats
+ * stays with one thread). Elementwise ops give the same bits whatever the split. */
+static void piece_range(int64_t n, int ith, int nth, int64_t *i0, int64_t *i1) {
+    long b, e;
+    ls_split((long)((n + 63) / 64), ith, nth, &b, &e);
+    *i0 = (int64_t)b * 64;
+    *i1 = (int64_t)e * 64 < n ? (int64_t)e * 64 : n;
+}
+
 typedef struct {
     float *g;
     const float *u;
@@ -218,9 +227,8 @@ typedef struct {
 
 static void gelu_worker(void *arg, int ith, int nth) {
     const gelu_job *j = arg;
-    long b, e;
-    ls_split((long)((j->n + 63) / 64), ith, nth, &b, &e); /* pieces of 64 elements */
-    const int64_t i0 = (int64_t)b * 64, i1 = (int64_t)e * 64 < j->n ? (int64_t)e * 64 : j->n;
+    int64_t i0, i1;
+    piece_range(j->n, ith, nth, &i0, &i1);
     if (i0 < i1) ls_gelu_mul(j->g + i0, j->u + i0, i1 - i0); /* per-element deterministic (dot_f32.c) */
 }
 
@@ -410,9 +418,8 @@ typedef struct {
 
 static void kv2_worker(void *arg, int ith, int nth) {
     const kv2_job *j = arg;
-    long b, e;
-    ls_split((long)((j->n + 63) / 64), ith, nth, &b, &e); /* pieces of 64 elements */
-    const int64_t i0 = (int64_t)b * 64, i1 = (int64_t)e * 64 < j->n ? (int64_t)e * 64 : j->n;
+    int64_t i0, i1;
+    piece_range(j->n, ith, nth, &i0, &i1);
     if (i0 >= i1) return;
     const size_t es = j->f32 ? sizeof(float) : sizeof(uint16_t);
     cpu_kv_store(NULL, (uint8_t *)j->dk + (size_t)i0 * es, j->f32, j->k + i0, i1 - i0);
