@@ -21,8 +21,10 @@ static int describe(char *buf, size_t cap) {
     ls_probe_fault_describe(fault_probe, sizeof fault_probe);
     ls_fault_describe(fault_alloc, sizeof fault_alloc);
     snprintf(buf, cap, "isa=%s cuda_graphs=%d probe_trace=%d probe_memo=%s fault_probe=%s fault_alloc=%s",
-             ls_cpu_isa() == LS_ISA_AVX512 ? "avx512" : ls_cpu_isa() == LS_ISA_AVX2 ? "avx2" : "scalar", ls_backend_graphs() ? 1 : 0, ls_probe_trace() ? 1 : 0,
-             memo[0] ? memo : "off", fault_probe, fault_alloc);
+             ls_cpu_isa() == LS_ISA_AVX512 ? "avx512"
+             : ls_cpu_isa() == LS_ISA_AVX2 ? "avx2"
+                                           : "scalar",
+             ls_backend_graphs() ? 1 : 0, ls_probe_trace() ? 1 : 0, memo[0] ? memo : "off", fault_probe, fault_alloc);
     return LS_OK;
 }
 
