@@ -57,7 +57,10 @@ def llama_source(src):
     out = os.path.join(CACHE, "sdist", "llama_cpp_python-0.3.36")
     if not os.path.isdir(out):
         with tarfile.open(src) as t:
-            t.extractall(os.path.dirname(out), filter="data")
+            try:  # the "data" filter refuses links and paths out of the folder (Python >= 3.11.4)
+                t.extractall(os.path.dirname(out), filter="data")
+            except TypeError:  # older Pythons (Debian 12's 3.11.2): the sdist from PyPI as it is
+                t.extractall(os.path.dirname(out))
     return os.path.join(out, "vendor", "llama.cpp")
 
 

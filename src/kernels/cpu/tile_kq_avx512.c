@@ -260,13 +260,14 @@ static void kq_group(int t, int64_t k, const uint8_t *w, size_t ws, int nrows, c
             }
         }
         for (int c = 0; c < na; c++) {
-            float v[8];
-            _mm256_storeu_ps(v, acc[c]);
             float *yc = y + (int64_t)(a0 + c) * ys;
-            if (nrows == 8)
+            if (nrows == 8) {
                 _mm256_storeu_ps(yc, acc[c]);
-            else
+            } else { /* a partial group: only its rows (the rest of y belongs to others) */
+                float v[8];
+                _mm256_storeu_ps(v, acc[c]);
                 for (int i = 0; i < nrows; i++) yc[i] = v[i];
+            }
         }
     }
 }
