@@ -123,17 +123,18 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
     int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
     bool own_kv = l->kv_src == layer;
 
-    /* q / k: per-head norm then RoPE, one fused op each (backend.h norm_rope) */
+    /* the projections first, back to back on one input (a device backend may run them as one
+     * launch); then per-head norm and RoPE of q and k, one fused op each (backend.h norm_rope) */
     op->matmul(be, &l->wq, ws->xn, n, ws->q);
+    if (own_kv) {
+        op->matmul(be, &l->wk, ws->xn, n, ws->k);
+        if (!l->k_eq_v) op->matmul(be, &l->wv, ws->xn, n, ws->v);
+    }
     op->norm_rope(be, ws->q, l->q_norm, n, nh, hd, cfg->eps, l->rope_pairs, ws->positions, l->rope_base,
                   l->rope_freq_scale);
     if (own_kv) {
-        op->matmul(be, &l->wk, ws->xn, n, ws->k);
         /* k_eq_v: V is the raw K projection (before k_norm and RoPE) */
-        if (l->k_eq_v)
-            op->copy(be, ws->v, ws->k, sizeof(float) * (size_t)(n * kvd));
-        else
-            op->matmul(be, &l->wv, ws->xn, n, ws->v);
+        if (l->k_eq_v) op->copy(be, ws->v, ws->k, sizeof(float) * (size_t)(n * kvd));
         op->norm_rope(be, ws->k, l->k_norm, n, nkv, hd, cfg->eps, l->rope_pairs, ws->positions, l->rope_base,
                       l->rope_freq_scale);
         if (l->v_norm) op->rmsnorm(be, ws->v, NULL, (int64_t)n * nkv, hd, cfg->eps);
@@ -224,7 +225,7 @@ static int32_t lm_head_rows(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
             g->s->n_hidden = rows;
             g->s->hidden_pos0 = g->s->pos + from;
         }
-        op->copy(be, ws->xn + (int64_t)nl * d, h, sizeof(float) * (size_t)(rows * d));
+        if (ws->xn + (int64_t)nl * d != h) op->copy(be, ws->xn + (int64_t)nl * d, h, sizeof(float) * (size_t)(rows * d));
         nl += rows;
     }
     return nl;

@@ -44,6 +44,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <condition_variable>
 #include <mutex>
 #include <new>
@@ -327,6 +328,25 @@ struct CudaBackend {
         int layout;
         uint64_t seq;
     } mm_last;
+    /* Launch merging while a step is recorded (cu_matmul; same bits, fewer launches):
+     * fuse: the last op that can quantize its own output for the integer matmul that reads
+     * it next (add_rmsnorm with xn, gelu_mul), with the cell its recorded launch reads at
+     * replay time (-1: plain; else the activation layout to write into mm_scratch);
+     * grp: the last recorded integer matmul, which consecutive matmuls on the same input
+     * join (one grouped launch). Both are valid while seq == op_seq (nothing came after). */
+    struct {
+        uint64_t seq;
+        const float *out;
+        int64_t total;
+        std::shared_ptr<int> layout;
+    } fuse;
+    struct MmGroup {
+        ls_weight d[3];
+        float *y[3];
+        int n;
+    };
+    std::shared_ptr<MmGroup> grp;
+    uint64_t grp_seq;
     bool graphs;  /* ls_backend_graphs() at creation */
     bool in_step; /* between step_begin and step_end */
     int64_t step_key;
@@ -576,19 +596,54 @@ void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, fl
     const ls_weight d = translate(w);
     const int layout = ls_cuda_mmq_act_key(&d);
     const bool one_pass = layout >= 0 && ls_cuda_mmq_single_pass(m, d.cols, c->mm_bytes);
-    const int ready = one_pass && c->mm_last.seq == c->op_seq && c->mm_last.x == x && c->mm_last.m == m &&
-                      c->mm_last.k == d.cols && c->mm_last.layout == layout;
+    int ready = one_pass && c->mm_last.seq == c->op_seq && c->mm_last.x == x && c->mm_last.m == m &&
+                c->mm_last.k == d.cols && c->mm_last.layout == layout;
+    /* recorded steps only (the producer has not run yet): the op before produced x and can
+     * quantize it for us in its own launch */
+    if (!ready && one_pass && c->recording && c->fuse.seq == c->op_seq && c->fuse.out == x &&
+        c->fuse.total == m * d.cols) {
+        *c->fuse.layout = layout;
+        ready = 1;
+    }
     uint64_t h = mix_weight(0x6d6d756cull, d); /* "mmul" */
     h = mix_v(mix_v(mix_v(mix_v(h, x), m), y), ready);
-    run_op(c, h, [c, d, x, m, y, w, ready] {
-        if (ls_cuda_matmul_ex(g_stream, &d, x, m, y, c->mm_scratch, c->mm_bytes, ready) != 0)
+    /* a matmul on the input of the one just recorded joins its launch */
+    if (ready && c->recording && c->grp && c->grp_seq == c->op_seq && c->grp->n < 3 &&
+        ls_cuda_mmq_groupable(&c->grp->d[0], &d, m, c->mm_bytes)) {
+        c->grp->d[c->grp->n] = d;
+        c->grp->y[c->grp->n] = y;
+        c->grp->n++;
+        c->op_seq++;
+        c->sig = mix_v(c->sig, mix_v(h, 0x67727570ull)); /* "grup" */
+        c->mm_last = {x, m, d.cols, layout, c->op_seq};
+        c->grp_seq = c->op_seq;
+        return;
+    }
+    auto grp = std::make_shared<CudaBackend::MmGroup>();
+    grp->d[0] = d;
+    grp->y[0] = y;
+    grp->n = 1;
+    run_op(c, h, [c, grp, x, m, w, ready] {
+        int rc;
+        if (grp->n == 1) {
+            rc = ls_cuda_matmul_ex(g_stream, &grp->d[0], x, m, grp->y[0], c->mm_scratch, c->mm_bytes, ready);
+        } else {
+            const ls_weight *ws[3] = {&grp->d[0], &grp->d[1], &grp->d[2]};
+            rc = ls_cuda_mmq_group(g_stream, grp->n, ws, x, m, grp->y, c->mm_scratch, c->mm_bytes, ready);
+        }
+        if (rc != 0)
             LSC_FATAL("matmul: weight type %s (%d), %lld x %lld, unsupported by the CUDA matmul",
                       ls_type_name(w->type), (int)w->type, (long long)w->rows, (long long)w->cols);
     });
-    if (one_pass)
+    if (one_pass) {
         c->mm_last = {x, m, d.cols, layout, c->op_seq};
-    else
+        if (c->recording) {
+            c->grp = grp;
+            c->grp_seq = c->op_seq;
+        }
+    } else {
         c->mm_last.seq = 0; /* op_seq is >= 1 after any op: never matches */
+    }
 }
 
 void cu_get_rows(ls_backend *be, const ls_weight *table, const int32_t *ids, int64_t n, float *dst) {
@@ -640,7 +695,15 @@ void cu_attention(ls_backend *be, const ls_attn_args *a) {
 
 void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(0x67656c75ull, gate), up), n); /* "gelu" */
-    run_op(impl_of(be), h, [=] { ls_cuda_gelu_mul(g_stream, gate, up, n); });
+    CudaBackend *c = impl_of(be);
+    auto q = std::make_shared<int>(-1); /* set by a matmul of gate recorded next (cu_matmul) */
+    run_op(c, h, [c, q, gate, up, n] {
+        if (*q >= 0)
+            ls_cuda_gelu_mul_q(g_stream, gate, up, n, c->mm_scratch, *q);
+        else
+            ls_cuda_gelu_mul(g_stream, gate, up, n);
+    });
+    if (c->recording && n % 32 == 0) c->fuse = {c->op_seq, gate, n, q};
 }
 
 void cu_add(ls_backend *be, float *x, const float *y, int64_t n) {
@@ -701,7 +764,15 @@ void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, flo
     const float *dpost = (const float *)dev_ptr(w_post), *dpre = (const float *)dev_ptr(w_pre);
     uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x61726d73ull, x), t), dpost), s), xn); /* "arms" */
     h = mix_v(mix_v(mix_v(mix_v(h, dpre), m), n), eps);
-    run_op(impl_of(be), h, [=] { ls_cuda_add_rmsnorm(g_stream, x, t, dpost, s, xn, dpre, m, n, eps); });
+    CudaBackend *c = impl_of(be);
+    auto q = std::make_shared<int>(-1); /* set by a matmul of xn recorded next (cu_matmul) */
+    run_op(c, h, [=] {
+        if (*q >= 0)
+            ls_cuda_add_rmsnorm_q(g_stream, x, t, dpost, s, xn, dpre, m, n, eps, c->mm_scratch, *q);
+        else
+            ls_cuda_add_rmsnorm(g_stream, x, t, dpost, s, xn, dpre, m, n, eps);
+    });
+    if (c->recording && xn && n % 32 == 0) c->fuse = {c->op_seq, xn, m * n, q};
 }
 
 void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,

@@ -62,6 +62,14 @@ int ls_cuda_mmq_ex(cudaStream_t st, const ls_weight *w, const float *x, int64_t 
  * whether `rows` rows of `cols` fit in one pass of the scratch. */
 int ls_cuda_mmq_act_key(const ls_weight *w);
 int ls_cuda_mmq_single_pass(int64_t rows, int64_t cols, size_t scratch_bytes);
+/* Several integer matmuls on the same activation rows in one launch (q / k / v, gate / up):
+ * y[i] = W_i x for i < n (n <= 3), the bits of n separate ls_cuda_mmq_ex calls. groupable
+ * says whether b can join a group led by a for m rows (same integer type and width, one
+ * pass of the scratch, the dp4a kernel for both); group returns -1 (nothing launched) when
+ * some weight cannot. act_ready as in ls_cuda_matmul_ex. */
+int ls_cuda_mmq_groupable(const ls_weight *a, const ls_weight *b, int64_t m, size_t scratch_bytes);
+int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const *w, const float *x, int64_t m, float *const *y,
+                      void *scratch, size_t scratch_bytes, int act_ready);
 /* Tests only: which of mmq.cu's two kernels (same bits by construction) serves a call:
  * 0 = by shape (the default), 1 = the dp4a kernel always, 2 = the tensor-core tiles
  * always. Returns the previous policy, -1 for a bad value. Process-wide. */

@@ -47,6 +47,13 @@ void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int
  * parameter: the cache slot moves every step, the replayed graph does not). */
 void ls_cuda_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n);
 void ls_cuda_gelu_mul(cudaStream_t st, float *gate, const float *up, int64_t n);
+/* add_rmsnorm (xn required) and gelu_mul that also leave their output (m * n, or n,
+ * elements, a multiple of 32) quantized in an integer-matmul scratch for activation layout
+ * `layout` (ls_cuda_mmq_act_key), byte for byte what that matmul's own quantization writes:
+ * the backend calls these when the next op is such a matmul of that output. */
+void ls_cuda_add_rmsnorm_q(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
+                           const float *w_pre, int64_t m, int64_t n, float eps, void *scratch, int layout);
+void ls_cuda_gelu_mul_q(cudaStream_t st, float *gate, const float *up, int64_t n, void *scratch, int layout);
 void ls_cuda_add(cudaStream_t st, float *x, const float *y, int64_t n);
 void ls_cuda_scale(cudaStream_t st, float *x, float s, int64_t n);
 void ls_cuda_axpby(cudaStream_t st, float *x, const float *y, float a, float b, int64_t n);

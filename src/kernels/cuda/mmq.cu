@@ -52,6 +52,7 @@
 #include "kernels/cuda/cuda_matmul.h"
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/mmq_common.cuh"
+#include "kernels/cuda/quant_act.cuh"
 
 namespace {
 
@@ -65,18 +66,9 @@ using ls::mmq::XB_BYTES;
 constexpr int WR = 4;              /* weight rows per warp */
 constexpr int WARPS = 4;           /* warps per block */
 constexpr int R = 8;               /* activation rows per tile */
-constexpr float QMAX = 32639.0f;   /* |v| <= 32639 keeps h = (v + 128) >> 8 in [-127, 127] */
 
 /* ---------------------------------------------------------------------------------------
  * Activation quantization: 8 threads per block of 32 (a float4 each), fixed reductions. */
-
-/* Position of block element e (0..31) in its planes. IL: the MLX 4-bit nibble order. */
-template <bool IL>
-__device__ __forceinline__ int plane_pos(int e) {
-    if (!IL) return e;
-    const int g = e >> 3, i = e & 7;
-    return 8 * g + (i & 1) * 4 + (i >> 1);
-}
 
 template <bool IL, bool X16>
 __global__ void __launch_bounds__(256) quant_x_kernel(const float *__restrict__ x, int64_t K, int64_t quads,
@@ -87,7 +79,6 @@ __global__ void __launch_bounds__(256) quant_x_kernel(const float *__restrict__ 
     const int64_t kq = K / 4;
     const int64_t row = tq / kq, qi = tq % kq;
     const int64_t blk = row * (K / QB) + qi / 8; /* block index over all rows */
-    const int j = (int)(qi % 8);                 /* quad within the block */
     /* the same four values whether read as one float4 or one by one */
     float4 v;
     if (X16) {
@@ -96,53 +87,7 @@ __global__ void __launch_bounds__(256) quant_x_kernel(const float *__restrict__ 
         const float *p = x + row * K + 4 * qi;
         v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
     }
-
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    float s = ((v.x + v.y) + v.z) + v.w;
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        s = s + __shfl_xor_sync(0xffffffffu, s, o);
-    }
-    /* A non-finite block makes its outputs NaN (dx = NaN, codes 0), as f32 math would. */
-    const bool fin = isfinite(amax);
-    const float inv = (fin && amax > 0.0f) ? QMAX / amax : 0.0f;
-    const float dx = fin ? amax / QMAX : __int_as_float(0x7fc00000);
-    const float e4[4] = {v.x, v.y, v.z, v.w};
-    int isum = 0;
-    int8_t h[4], l[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        int q = __float2int_rn(e4[e] * inv);
-        q = q > 32639 ? 32639 : q < -32639 ? -32639 : q;
-        const int hh = (q + 128) >> 8;
-        h[e] = (int8_t)hh;
-        l[e] = (int8_t)(q - 256 * hh);
-        isum += q;
-    }
-    isum += __shfl_xor_sync(0xffffffffu, isum, 1);
-    isum += __shfl_xor_sync(0xffffffffu, isum, 2);
-    const int other = __shfl_xor_sync(0xffffffffu, isum, 4); /* the other half's sum */
-    if (!live) return;
-    int8_t *ob = xq + blk * XB_BYTES;
-    if (!IL) {
-        uint32_t hw = 0, lw = 0;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            hw |= (uint32_t)(uint8_t)h[e] << (8 * e);
-            lw |= (uint32_t)(uint8_t)l[e] << (8 * e);
-        }
-        *reinterpret_cast<uint32_t *>(ob + 4 * j) = hw;
-        *reinterpret_cast<uint32_t *>(ob + QB + 4 * j) = lw;
-    } else {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int p = plane_pos<true>(4 * j + e);
-            ob[p] = h[e];
-            ob[QB + p] = l[e];
-        }
-    }
-    if (j == 0) xm[blk] = Meta{dx, s, isum, other};
+    ls::mmq::quant_quad<IL>(v, (int)(qi % 8), live, xq, xm, blk);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -461,11 +406,11 @@ __device__ __forceinline__ void prep_of(typename T::Prep &p, const typename T::R
  * added in order by one thread per output (mmq_common.cuh). */
 template <class T, int RT>
 __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
-                                         float *__restrict__ y, int64_t m0, int nr, int KW) {
+                                         float *__restrict__ y, int64_t m0, int nr, int KW, int64_t yb) {
     __shared__ float red[WARPS][WR][RT][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kw = warp % KW, rw = warp / KW;
-    const int64_t nbase = (int64_t)blockIdx.y * (WR * (WARPS / KW)) + rw * WR;
+    const int64_t nbase = yb * (WR * (WARPS / KW)) + rw * WR;
     const int64_t nbk = c.K / QB; /* activation blocks per row */
     const int nch = c.nch, step = 32 * KW, c0 = kw * 32 + lane;
     const uint8_t *rowp[WR], *scp[WR], *bip[WR];
@@ -526,7 +471,7 @@ __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict_
         const int r = t / rows, q = t % rows, w0 = (q / WR) * KW, i = q % WR;
         float v = red[w0][i][r][0];
         for (int u = 1; u < nu; u++) v = v + red[w0 + (u >> 5)][i][r][u & 31];
-        const int64_t n = (int64_t)blockIdx.y * rows + q;
+        const int64_t n = yb * rows + q;
         if (n < c.N) y[(m0 + r) * c.N + n] = v;
     }
 }
@@ -546,7 +491,39 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
                int64_t M) {
     const int64_t m0 = (int64_t)blockIdx.x * RT;
     const int nr = (int)(M - m0 < RT ? M - m0 : RT);
-    mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw);
+    mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, blockIdx.y);
+}
+
+/* Up to GMAX weights of one type and width on the same activation rows (q / k / v, gate /
+ * up) in one launch: the row blocks of weight 0, then of weight 1, ... A weight's rows get
+ * exactly the body (and bits) of their own launch; only the launch count changes. */
+constexpr int GMAX = 3;
+struct Group {
+    Ctx c[GMAX];
+    float *y[GMAX];
+    int64_t nb[GMAX]; /* row blocks of each weight */
+    int n;
+};
+template <class T, int RT>
+__global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
+    mmq_group_kernel(const Group g, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int64_t M) {
+    int64_t yb = blockIdx.y;
+    /* uniform selects (no dynamic indexing of the parameter space) */
+    Ctx c = g.c[0];
+    float *y = g.y[0];
+    if (g.n > 1 && yb >= g.nb[0]) {
+        yb -= g.nb[0];
+        c = g.c[1];
+        y = g.y[1];
+        if (g.n > 2 && yb >= g.nb[1]) {
+            yb -= g.nb[1];
+            c = g.c[2];
+            y = g.y[2];
+        }
+    }
+    const int64_t m0 = (int64_t)blockIdx.x * RT;
+    const int nr = (int)(M - m0 < RT ? M - m0 : RT);
+    mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, yb);
 }
 
 /* ---- host side ---- */
@@ -597,6 +574,42 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
         case 4: mmq_kernel<T, 4><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
         default: mmq_kernel<T, R><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
         }
+    }
+    return 0;
+}
+
+
+/* The grouped launch of ls_cuda_mmq_group: every weight already checked to share T, K and
+ * the dp4a path for M rows in one pass. */
+template <class T>
+int launch_group(cudaStream_t st, Group g, const float *x, int64_t M, void *scratch, bool act_ready) {
+    int64_t nb = 0;
+    for (int i = 0; i < g.n; i++) {
+        Ctx &c = g.c[i];
+        c.nch = (int)(c.K / (QB * T::XB));
+        c.kw = kw_of(c.nch);
+        const int64_t bn = WR * (WARPS / c.kw);
+        g.nb[i] = (c.N + bn - 1) / bn;
+        nb += g.nb[i];
+    }
+    const int64_t K = g.c[0].K;
+    if (nb > 65535) return -1;
+    int8_t *xq = (int8_t *)scratch;
+    Meta *xm = ls::mmq::meta_of(scratch, M * K);
+    if (!act_ready) {
+        const int64_t quads = M * K / 4, qblocks = (quads + 255) / 256;
+        if ((uintptr_t)x % 16 == 0)
+            quant_x_kernel<T::IL, true><<<(unsigned)qblocks, 256, 0, st>>>(x, K, quads, xq, xm);
+        else
+            quant_x_kernel<T::IL, false><<<(unsigned)qblocks, 256, 0, st>>>(x, K, quads, xq, xm);
+    }
+    const int rt = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : R;
+    const dim3 grid((unsigned)((M + rt - 1) / rt), (unsigned)nb);
+    switch (rt) {
+    case 1: mmq_group_kernel<T, 1><<<grid, 32 * WARPS, 0, st>>>(g, xq, xm, M); break;
+    case 2: mmq_group_kernel<T, 2><<<grid, 32 * WARPS, 0, st>>>(g, xq, xm, M); break;
+    case 4: mmq_group_kernel<T, 4><<<grid, 32 * WARPS, 0, st>>>(g, xq, xm, M); break;
+    default: mmq_group_kernel<T, R><<<grid, 32 * WARPS, 0, st>>>(g, xq, xm, M); break;
     }
     return 0;
 }
@@ -668,6 +681,40 @@ extern "C" int ls_cuda_mmq_ex(cudaStream_t st, const ls_weight *w, const float *
     case LS_TYPE_Q8_0: return launch<QQ8_0>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
     case LS_TYPE_Q4_K: return launch<QQ4_K>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
     case LS_TYPE_Q6_K: return launch<QQ6_K>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
+    default: return -1;
+    }
+}
+
+extern "C" int ls_cuda_mmq_groupable(const ls_weight *a, const ls_weight *b, int64_t m, size_t scratch_bytes) {
+    const int key = ls_cuda_mmq_key(a);
+    if (key < 0 || ls_cuda_mmq_key(b) != key || a->cols != b->cols || m <= 0) return 0;
+    if (!ls_cuda_mmq_single_pass(m, a->cols, scratch_bytes)) return 0;
+    return !ls::mmq::use_mma(m, a->rows) && !ls::mmq::use_mma(m, b->rows);
+}
+
+extern "C" int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const *w, const float *x, int64_t m,
+                                 float *const *y, void *scratch, size_t scratch_bytes, int act_ready) {
+    if (n < 1 || n > GMAX || m <= 0 || !x || !scratch || (uintptr_t)scratch % 16 != 0 || (uintptr_t)x % 4 != 0)
+        return -1;
+    Group g{};
+    g.n = n;
+    const int key = ls_cuda_mmq_key(w[0]);
+    for (int i = 0; i < n; i++) {
+        if (!y[i] || (i > 0 && !ls_cuda_mmq_groupable(w[0], w[i], m, scratch_bytes))) return -1;
+        if (ls_cuda_mmq_key(w[i]) != key || ls::q::mm_prepare(w[i], g.c[i]) < 0) return -1;
+        g.y[i] = y[i];
+    }
+    if (!ls_cuda_mmq_single_pass(m, w[0]->cols, scratch_bytes) || ls::mmq::use_mma(m, w[0]->rows)) return -1;
+    switch (key) {
+    case 104: return launch_group<QMlx4>(st, g, x, m, scratch, act_ready != 0);
+    case 108: return launch_group<QMlx8>(st, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q4_0: return launch_group<QQ4_0>(st, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q4_1: return launch_group<QQ4_1>(st, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q5_0: return launch_group<QQ5_0>(st, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q5_1: return launch_group<QQ5_1>(st, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q8_0: return launch_group<QQ8_0>(st, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q4_K: return launch_group<QQ4_K>(st, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q6_K: return launch_group<QQ6_K>(st, g, x, m, scratch, act_ready != 0);
     default: return -1;
     }
 }

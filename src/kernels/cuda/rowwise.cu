@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/quant_act.cuh"
 
 namespace {
 
@@ -105,6 +106,30 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 
 __global__ void k_gelu_mul(float *g, const float *u, int64_t n) {
     GRID_STRIDE(i, n) g[i] = __fmul_rn(gelu_tanh(g[i]), u[i]);
+}
+
+/* gelu_mul and the quantization of its output (n % 32 == 0) for the integer matmul that
+ * reads it next: a thread per quad, k_gelu_mul's element expression, then quant_quad. The
+ * loop bound is rounded up to whole warps so that every lane of a warp runs the same
+ * iterations (the shuffles); a group past the end is not live. */
+template <bool IL>
+__global__ void __launch_bounds__(kThreads) k_gelu_mul_q(float *g, const float *u, int64_t n, int8_t *xq,
+                                                         ls::mmq::Meta *xm) {
+    const int64_t nq = n / 4, bound = (nq + 31) / 32 * 32;
+    for (int64_t qi = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; qi < bound;
+         qi += (int64_t)gridDim.x * blockDim.x) {
+        const bool live = qi < nq;
+        const int64_t qq = live ? qi : nq - 1;
+        float e[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) e[k] = __fmul_rn(gelu_tanh(g[4 * qq + k]), u[4 * qq + k]);
+        __syncwarp();
+        if (live) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) g[4 * qq + k] = e[k];
+        }
+        ls::mmq::quant_quad<IL>(make_float4(e[0], e[1], e[2], e[3]), (int)(qq % 8), live, xq, xm, qq / 8);
+    }
 }
 
 /* f32 -> f16 round-to-nearest-even (the CPU's ls_f32_to_f16; NaN payloads may differ). */
@@ -192,9 +217,28 @@ __global__ void __launch_bounds__(kThreads)
  * (k_rmsnorm's again). The second sum of squares is taken while x is written: thread t
  * visits i = t, t + 256, ... in increasing order there, exactly k_rmsnorm's loop over the
  * finished x. t is only read. */
+/* Quantization of a finished row of n elements (n % 32 == 0) for the integer matmul that
+ * reads it next (quant_act.cuh), by a whole 256-thread block: thread t takes quads t,
+ * t + 256, .. of the row, so the 8 quads of a block sit on 8 consecutive lanes. The row
+ * was written by this block (a barrier comes first) and is read with ordinary loads. */
+template <bool IL>
+__device__ __forceinline__ void quant_row(const float *row, int64_t n, int64_t blk0, int8_t *xq, ls::mmq::Meta *xm) {
+    __syncthreads();
+    const int64_t nq = n / 4;
+    for (int64_t base = 0; base < nq; base += kThreads) {
+        const int64_t qi = base + threadIdx.x;
+        const bool live = qi < nq;
+        const int64_t qq = live ? qi : nq - 1;
+        const float4 v = make_float4(row[4 * qq], row[4 * qq + 1], row[4 * qq + 2], row[4 * qq + 3]);
+        ls::mmq::quant_quad<IL>(v, (int)(qq % 8), live, xq, xm, blk0 + qq / 8);
+    }
+}
+
+/* Q: 0 none, 1 the plain planes, 2 the MLX 4-bit nibble order (quant_act.cuh). */
+template <int Q>
 __global__ void __launch_bounds__(kThreads)
     k_add_rmsnorm(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
-                  float eps) {
+                  float eps, int8_t *xq, ls::mmq::Meta *xm) {
     const int64_t off = (int64_t)blockIdx.x * n;
     float *xr = x + off;
     const float *tr = t + off;
@@ -213,6 +257,7 @@ __global__ void __launch_bounds__(kThreads)
     const float sc2 = rms_scale(block_sum_sq(b, red2), n, eps);
     float *o = xn + off;
     for (int64_t i = threadIdx.x; i < n; i += kThreads) o[i] = rms_elt(xr[i], sc2, w_pre, i); /* own writes */
+    if (Q) quant_row<Q == 2>(o, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
 }
 
 /* One block per row. Angles as kernels/cpu/rope.c builds them: inverse frequency
@@ -347,7 +392,33 @@ void ls_cuda_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float 
                      const float *w_pre, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
-    k_add_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps);
+    k_add_rmsnorm<0><<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps, nullptr, nullptr);
+    LSC_CHECK_LAUNCH();
+}
+
+void ls_cuda_add_rmsnorm_q(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
+                           const float *w_pre, int64_t m, int64_t n, float eps, void *scratch, int layout) {
+    if (m <= 0 || n <= 0) return;
+    LSC_REQUIRE(m <= INT32_MAX && xn && n % 32 == 0 && (layout == 0 || layout == 1));
+    int8_t *xq = (int8_t *)scratch;
+    ls::mmq::Meta *xm = ls::mmq::meta_of(scratch, m * n);
+    if (layout == 1)
+        k_add_rmsnorm<2><<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+    else
+        k_add_rmsnorm<1><<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+    LSC_CHECK_LAUNCH();
+}
+
+void ls_cuda_gelu_mul_q(cudaStream_t st, float *gate, const float *up, int64_t n, void *scratch, int layout) {
+    if (n <= 0) return;
+    LSC_REQUIRE(n % 32 == 0 && (layout == 0 || layout == 1));
+    int8_t *xq = (int8_t *)scratch;
+    ls::mmq::Meta *xm = ls::mmq::meta_of(scratch, n);
+    const unsigned blocks = elt_blocks(n / 4);
+    if (layout == 1)
+        k_gelu_mul_q<true><<<blocks, kThreads, 0, st>>>(gate, up, n, xq, xm);
+    else
+        k_gelu_mul_q<false><<<blocks, kThreads, 0, st>>>(gate, up, n, xq, xm);
     LSC_CHECK_LAUNCH();
 }
 
