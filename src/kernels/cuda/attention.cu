@@ -57,10 +57,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <algorithm>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/quant_act.cuh"
 
 namespace {
 
@@ -89,6 +91,11 @@ struct Params {
      * step parameters), read by every kernel at entry: a replayed step graph then sees the
      * current cache extent although its kernel arguments were captured steps ago. */
     const int32_t *dyn;
+    /* Quantization of the output for the integer matmul that reads it next (quant_act.cuh;
+     * the backend decides): qlayout -1 none, else the layout written to xq / xm. */
+    int8_t *xq;
+    ls::mmq::Meta *xm;
+    int qlayout;
 };
 
 /* The call's cache extent from device memory (Params::dyn). */
@@ -388,6 +395,25 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
     attn_store<E>(p, Op, s_lo, s_hi, s_slot, s_mx, s_sum, qcount, tid);
 }
 
+/* The finished output vector `out` (hd floats, vector index qv over all rows of the call)
+ * quantized when the backend asked (p.qlayout >= 0): thread t takes quad t (hd / 4 <= CT),
+ * so a 32-element block's 8 quads sit on 8 consecutive lanes. The block wrote out; a
+ * barrier first, then ordinary loads (the same floats). */
+__device__ __forceinline__ void combine_quant(const Params &p, const float *out, int64_t qv) {
+    if (p.qlayout < 0) return; /* uniform over the grid */
+    __syncthreads();
+    const int nq = p.hd / 4, t = threadIdx.x;
+    const bool live = t < nq;
+    const int tq = live ? t : nq - 1;
+    if (t >= (nq + 31) / 32 * 32) return; /* whole warps past the vector: no shuffle partner */
+    const float4 v = make_float4(out[4 * tq], out[4 * tq + 1], out[4 * tq + 2], out[4 * tq + 3]);
+    const int64_t blk = qv * (p.hd / 32) + tq / 8;
+    if (p.qlayout == 1)
+        ls::mmq::quant_quad<true>(v, tq % 8, live, p.xq, p.xm, blk);
+    else
+        ls::mmq::quant_quad<false>(v, tq % 8, live, p.xq, p.xm, blk);
+}
+
 __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
     const Params p = with_dyn(p_arg);
     const int64_t qv = blockIdx.x; /* r * n_head + h within the group */
@@ -399,6 +425,7 @@ __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
     visible_range(p, p.row0 + r, &lo, &hi);
     if (hi < lo) {
         for (int d = threadIdx.x; d < hd; d += CT) out[d] = 0.0f;
+        combine_quant(p, out, (p.row0 + r) * p.n_head + h);
         return;
     }
     const int32_t c_lo = lo / CH - p.c_first, c_hi = hi / CH - p.c_first; /* lo >= first_pos >= 0 */
@@ -424,6 +451,7 @@ __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
         const int d = threadIdx.x + CT * t;
         if (d < hd) out[d] = __fmul_rn(O[t], inv);
     }
+    combine_quant(p, out, (p.row0 + r) * p.n_head + h);
 }
 
 typedef void (*part_fn)(Params);
@@ -439,7 +467,7 @@ typedef void (*part_fn)(Params);
 #endif
 constexpr int QR_SMALL = LS_ATTN_QR_SMALL;
 __host__ __device__ constexpr int uk_for(int E, int QR) {
-    return QR <= QR_SMALL ? (QR_SMALL <= 2 ? (E <= 8 ? 8 : 4) : (E <= 4 ? 8 : 2)) : (E > 12 ? 2 : 4);
+    return QR == 1 ? (E <= 8 ? 8 : 4) : QR <= QR_SMALL ? (QR_SMALL <= 2 ? (E <= 8 ? 8 : 4) : (E <= 4 ? 8 : 2)) : (E > 12 ? 2 : 4);
 }
 
 template <typename KT, int QR> part_fn part_kernel_q(int E) {
@@ -456,15 +484,22 @@ template <typename KT, int QR> part_fn part_kernel_q(int E) {
 
 /* The kernel for head dim 32 E holding up to qn query vectors a tile. */
 template <typename KT> part_fn part_kernel(int E, int qn) {
-    return qn <= QR_SMALL ? part_kernel_q<KT, QR_SMALL>(E) : part_kernel_q<KT, QMAX>(E);
+    return qn == 1 ? part_kernel_q<KT, 1>(E) : qn <= QR_SMALL ? part_kernel_q<KT, QR_SMALL>(E) : part_kernel_q<KT, QMAX>(E);
 }
+
+/* Calls with at most this many query vectors (a decode step: one row's heads) take one
+ * vector a block: the group's heads spread over several SMs instead of queueing in one
+ * block, and the one-vector body is the smallest. Same bits (see k_attn_part).
+ * LOCKSTEP_CUDA_ATTN_SPLIT overrides it (A/B runs; 0 turns it off). */
+int g_split_max = 8;
 
 } // namespace
 
 void ls_cuda_attention_init(void) {
+    if (const char *e = getenv("LOCKSTEP_CUDA_ATTN_SPLIT")) g_split_max = atoi(e);
     for (int E = 1; E <= 16; E++) {
         const int bytes = (int)part_smem_bytes(32 * E, qr_for(E));
-        for (int qn : {QR_SMALL, qr_for(E)}) {
+        for (int qn : {1, QR_SMALL, qr_for(E)}) {
             LSC_CHECK(
                 cudaFuncSetAttribute(part_kernel<float>(E, qn), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
             LSC_CHECK(
@@ -544,7 +579,7 @@ void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]) {
 }
 
 void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch,
-                       size_t scratch_bytes) {
+                       size_t scratch_bytes, void *qscratch, int qlayout) {
     if (a->m <= 0) return;
     if (!((a->hd >= 32 && a->hd <= 512 && a->hd % 32 == 0) || (a->hd >= 1 && a->hd < 32)))
         LSC_FATAL("attention: head dim %d unsupported (1..31, or 32..512 a multiple of 32)", (int)a->hd);
@@ -572,6 +607,9 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
     p.scale = a->scale;
     p.vec = ((uintptr_t)a->k % 16 == 0 && (uintptr_t)a->v % 16 == 0) ? 1 : 0;
     p.dyn = dyn;
+    p.qlayout = a->hd >= 32 && qscratch ? qlayout : -1;
+    p.xq = (int8_t *)qscratch;
+    p.xm = qscratch ? ls::mmq::meta_of(qscratch, a->m * a->n_head * (int64_t)a->hd) : nullptr;
     if (a->hd < 32) {
         p.row0 = 0;
         p.mg = (int32_t)a->m;
@@ -614,7 +652,7 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
         if (p.nch > 0) {
             /* a tile holds up to QR query vectors (fewer when the group has fewer: less shared
              * memory for decode); which vectors share a tile never changes a vector's bits */
-            p.qn = (int32_t)std::min<int64_t>(QR, mg * p.group);
+            p.qn = mg * p.group <= g_split_max ? 1 : (int32_t)std::min<int64_t>(QR, mg * p.group);
             const part_fn part = a->kv_f32 ? part_kernel<float>(E, p.qn) : part_kernel<__half>(E, p.qn);
             const int64_t tiles = (mg * p.group + p.qn - 1) / p.qn;
             const dim3 grid((unsigned)p.nch, (unsigned)tiles, (unsigned)a->n_kv);

@@ -347,6 +347,24 @@ struct CudaBackend {
     };
     std::shared_ptr<MmGroup> grp;
     uint64_t grp_seq;
+    /* norm_rope of q then of k (cu_norm_rope): the second joins the first's launch */
+    struct RopePair {
+        float *x2 = nullptr;
+        const float *w2 = nullptr;
+        int32_t nh2 = 0;
+        int n = 1;
+    };
+    struct {
+        uint64_t seq;
+        std::shared_ptr<RopePair> g;
+        int64_t m;
+        int32_t hd;
+        float eps;
+        int32_t n_pairs;
+        const int32_t *pos;
+        float theta, fs;
+    } nrope;
+    bool merge;   /* the launch merging above; LOCKSTEP_CUDA_MERGE=0 turns it off (A/B runs) */
     bool graphs;  /* ls_backend_graphs() at creation */
     bool in_step; /* between step_begin and step_end */
     int64_t step_key;
@@ -637,7 +655,7 @@ void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, fl
     });
     if (one_pass) {
         c->mm_last = {x, m, d.cols, layout, c->op_seq};
-        if (c->recording) {
+        if (c->recording && c->merge) {
             c->grp = grp;
             c->grp_seq = c->op_seq;
         }
@@ -687,10 +705,12 @@ void cu_attention(ls_backend *be, const ls_attn_args *a) {
     float *scratch = c->attn_scratch;
     const size_t sbytes = c->attn_bytes;
     const bool rec = c->recording;
-    run_op(c, h, [args, sl, scratch, sbytes, rec] {
+    auto q = std::make_shared<int>(-1); /* set by a matmul of the output recorded next (cu_matmul) */
+    run_op(c, h, [c, args, sl, scratch, sbytes, rec, q] {
         if (!rec) upload_slot(sl);
-        ls_cuda_attention(g_stream, &args, (const int32_t *)sl.dev, scratch, sbytes);
+        ls_cuda_attention(g_stream, &args, (const int32_t *)sl.dev, scratch, sbytes, c->mm_scratch, *q);
     });
+    if (rec && c->merge && a->hd >= 32 && a->hd % 32 == 0) c->fuse = {c->op_seq, a->out, a->m * a->n_head * (int64_t)a->hd, q};
 }
 
 void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
@@ -703,7 +723,7 @@ void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
         else
             ls_cuda_gelu_mul(g_stream, gate, up, n);
     });
-    if (c->recording && n % 32 == 0) c->fuse = {c->op_seq, gate, n, q};
+    if (c->recording && c->merge && n % 32 == 0) c->fuse = {c->op_seq, gate, n, q};
 }
 
 void cu_add(ls_backend *be, float *x, const float *y, int64_t n) {
@@ -772,7 +792,7 @@ void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, flo
         else
             ls_cuda_add_rmsnorm(g_stream, x, t, dpost, s, xn, dpre, m, n, eps);
     });
-    if (c->recording && xn && n % 32 == 0) c->fuse = {c->op_seq, xn, m * n, q};
+    if (c->recording && c->merge && xn && n % 32 == 0) c->fuse = {c->op_seq, xn, m * n, q};
 }
 
 void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
@@ -780,8 +800,29 @@ void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n
     const float *dw = (const float *)dev_ptr(w);
     uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x6e726f70ull, x), dw), m), n_heads), hd); /* "nrop" */
     h = mix_v(mix_v(mix_v(mix_v(mix_v(h, eps), n_pairs), pos), theta_base), freq_scale);
-    run_op(impl_of(be), h,
-           [=] { ls_cuda_norm_rope(g_stream, x, dw, m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale); });
+    CudaBackend *c = impl_of(be);
+    auto &nr = c->nrope;
+    /* the k heads right after the q heads of the same rows join the q launch */
+    if (c->recording && nr.g && nr.seq == c->op_seq && nr.g->n == 1 && n_pairs > 0 && nr.m == m && nr.hd == hd &&
+        nr.eps == eps && nr.n_pairs == n_pairs && nr.pos == pos && nr.theta == theta_base && nr.fs == freq_scale) {
+        nr.g->x2 = x;
+        nr.g->w2 = dw;
+        nr.g->nh2 = n_heads;
+        nr.g->n = 2;
+        c->op_seq++;
+        c->sig = mix_v(c->sig, mix_v(h, 0x70616972ull)); /* "pair" */
+        nr.seq = 0;
+        return;
+    }
+    auto g = std::make_shared<CudaBackend::RopePair>();
+    run_op(c, h, [=] {
+        if (g->n == 2)
+            ls_cuda_norm_rope2(g_stream, x, dw, n_heads, g->x2, g->w2, g->nh2, m, hd, eps, n_pairs, pos, theta_base,
+                               freq_scale);
+        else
+            ls_cuda_norm_rope(g_stream, x, dw, m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale);
+    });
+    if (c->recording && c->merge && n_pairs > 0) nr = {c->op_seq, g, m, hd, eps, n_pairs, pos, theta_base, freq_scale};
 }
 
 /* The destination slots move every step: they are step parameters, not in the signature. */
@@ -959,6 +1000,10 @@ ls_backend *cu_create(const ls_backend_params *p) {
     c->base.ops = &g_ops;
     c->base.impl = c;
     c->graphs = ls_backend_graphs();
+    {
+        const char *e = getenv("LOCKSTEP_CUDA_MERGE");
+        c->merge = !(e && strcmp(e, "0") == 0);
+    }
 
     QueueLock q;
     q.forbid_capture("create");

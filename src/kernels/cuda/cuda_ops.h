@@ -43,6 +43,11 @@ void ls_cuda_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float 
                          const float *w_pre, int64_t m, int64_t n, float eps);
 void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
                        int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale);
+/* Two norm_rope calls on the same rows and positions (q heads: x, w, n_heads; k heads: x2,
+ * w2, n_heads2) in one launch, the bits of the two calls; n_pairs > 0. */
+void ls_cuda_norm_rope2(cudaStream_t st, float *x, const float *w, int32_t n_heads, float *x2, const float *w2,
+                        int32_t n_heads2, int64_t m, int32_t hd, float eps, int32_t n_pairs, const int32_t *pos,
+                        float theta_base, float freq_scale);
 /* dst (device) holds the two destination addresses {dk, dv} when the kernel runs (a step
  * parameter: the cache slot moves every step, the replayed graph does not). */
 void ls_cuda_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n);
@@ -76,9 +81,11 @@ size_t ls_cuda_attention_scratch_bytes(int64_t max_rows, int64_t max_cols, int64
 void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]);
 /* a's pointers are device memory; scratch holds scratch_bytes (device); dyn (device) holds
  * ls_cuda_attention_extent(a) when the kernels run: they read the extent from there, so a
- * replayed graph attends over the cache as it is at replay time. */
+ * replayed graph attends over the cache as it is at replay time. qlayout >= 0 (hd >= 32): the
+ * output is also left quantized in qscratch for the integer matmul that reads it next
+ * (ls_cuda_add_rmsnorm_q's contract); -1 (qscratch may be NULL): not. */
 void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch,
-                       size_t scratch_bytes);
+                       size_t scratch_bytes, void *qscratch, int qlayout);
 
 /* ---- backend_cuda.cu: collectives ---- */
 /* Runs fn(stream, ud) under the queue lock on the stream the ops of `be` run on (outside any

@@ -260,6 +260,75 @@ __global__ void __launch_bounds__(kThreads)
     if (Q) quant_row<Q == 2>(o, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
 }
 
+/* k_add_rmsnorm for rows of n <= NPT * kThreads, latency-shaped: a decode step runs it on
+ * one row, one block, so its time is the chain of memory round trips between its phases.
+ * Here every input element a thread owns (t, x, both norm weights) is loaded at the start,
+ * the finished x is kept in registers instead of re-read, and the normed row goes to
+ * shared memory for the quantization. The arithmetic is k_add_rmsnorm's, element for
+ * element and in the same order (thread t visits i = t, t + 256, .. in increasing i). */
+template <int Q, int NPT>
+__global__ void __launch_bounds__(kThreads)
+    k_add_rmsnorm_r(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
+                    float eps, int8_t *xq, ls::mmq::Meta *xm) {
+    extern __shared__ float srow[]; /* the normed row, when Q */
+    const int64_t off = (int64_t)blockIdx.x * n;
+    float *xr = x + off;
+    const float *tr = t + off;
+    __shared__ float red1[kThreads / 32], red2[kThreads / 32];
+    float tv[NPT], xv[NPT], wa[NPT], wb[NPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * kThreads;
+        tv[k] = i < n ? tr[i] : 0.0f;
+        xv[k] = i < n ? xr[i] : 0.0f;
+        wa[k] = i < n && w_post ? w_post[i] : 0.0f;
+        wb[k] = i < n && xn && w_pre ? w_pre[i] : 0.0f;
+    }
+    float a = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPT; k++)
+        if (threadIdx.x + (int64_t)k * kThreads < n) a = fmaf(tv[k], tv[k], a);
+    const float sc1 = rms_scale(block_sum_sq(a, red1), n, eps);
+    float b = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * kThreads;
+        if (i >= n) continue;
+        const float e = w_post ? __fmul_rn(__fmul_rn(tv[k], sc1), wa[k]) : __fmul_rn(tv[k], sc1);
+        float v = __fadd_rn(xv[k], e);
+        if (s != 1.0f) v = __fmul_rn(v, s);
+        xr[i] = v;
+        xv[k] = v;
+        b = fmaf(v, v, b);
+    }
+    if (!xn) return; /* the same for every thread of the block */
+    const float sc2 = rms_scale(block_sum_sq(b, red2), n, eps);
+    float *o = xn + off;
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * kThreads;
+        if (i >= n) continue;
+        const float v = w_pre ? __fmul_rn(__fmul_rn(xv[k], sc2), wb[k]) : __fmul_rn(xv[k], sc2);
+        o[i] = v;
+        if (Q) srow[i] = v;
+    }
+    if (Q) quant_row<Q == 2>(srow, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
+}
+
+/* The add_rmsnorm launch: the register-resident kernel when a row fits (n <= 6144: every
+ * Gemma width this engine runs), else the general one. Q as in k_add_rmsnorm. */
+template <int Q>
+void launch_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
+                        const float *w_pre, int64_t m, int64_t n, float eps, int8_t *xq, ls::mmq::Meta *xm) {
+    const size_t sm = Q ? sizeof(float) * (size_t)n : 0;
+    if (n <= 4 * kThreads)
+        k_add_rmsnorm_r<Q, 4><<<(unsigned)m, kThreads, sm, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+    else if (n <= 24 * kThreads)
+        k_add_rmsnorm_r<Q, 24><<<(unsigned)m, kThreads, sm, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+    else
+        k_add_rmsnorm<Q><<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+}
+
 /* One block per row. Angles as kernels/cpu/rope.c builds them: inverse frequency
  * (float)pow((double)theta, -2.0 * j / (double)hd) * freq_scale (f32 product), angle
  * (double)pos * (double)invf in double, cos / sin in double rounded to float. The
@@ -308,12 +377,21 @@ __global__ void __launch_bounds__(kRopeThreads)
  * hd / 2 <= 512, hd even). */
 constexpr int kMaxHd = 1024;
 
+/* Two tensors of one step's rows (q and k heads) can share a launch: blocks [0, nb0) are
+ * the first's (x, w, n_heads), the rest the second's (x2, w2, n_heads2); a block's work is
+ * the same either way. */
 __global__ void __launch_bounds__(kThreads)
-    k_norm_rope(float *x, const float *w, int32_t n_heads, int32_t hd, float eps, int32_t n_pairs, const int32_t *pos,
-                float theta_base, float freq_scale) {
+    k_norm_rope(float *x, const float *w, int32_t n_heads, int64_t nb0, float *x2, const float *w2, int32_t n_heads2,
+                int32_t hd, float eps, int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
     __shared__ float red[kThreads / 32];
     __shared__ float v[kMaxHd], cs[kMaxHd / 2], sn[kMaxHd / 2];
-    const int64_t row = blockIdx.x;
+    int64_t row = blockIdx.x;
+    if (row >= nb0) { /* uniform over the block */
+        row -= nb0;
+        x = x2;
+        w = w2;
+        n_heads = n_heads2;
+    }
     float *xr = x + row * (int64_t)hd;
     float s = 0.0f;
     for (int32_t i = threadIdx.x; i < hd; i += kThreads) s = fmaf(xr[i], xr[i], s);
@@ -392,7 +470,7 @@ void ls_cuda_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float 
                      const float *w_pre, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
-    k_add_rmsnorm<0><<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps, nullptr, nullptr);
+    launch_add_rmsnorm<0>(st, x, t, w_post, s, xn, w_pre, m, n, eps, nullptr, nullptr);
     LSC_CHECK_LAUNCH();
 }
 
@@ -403,9 +481,9 @@ void ls_cuda_add_rmsnorm_q(cudaStream_t st, float *x, const float *t, const floa
     int8_t *xq = (int8_t *)scratch;
     ls::mmq::Meta *xm = ls::mmq::meta_of(scratch, m * n);
     if (layout == 1)
-        k_add_rmsnorm<2><<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+        launch_add_rmsnorm<2>(st, x, t, w_post, s, xn, w_pre, m, n, eps, xq, xm);
     else
-        k_add_rmsnorm<1><<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+        launch_add_rmsnorm<1>(st, x, t, w_post, s, xn, w_pre, m, n, eps, xq, xm);
     LSC_CHECK_LAUNCH();
 }
 
@@ -428,8 +506,19 @@ void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int
     /* no rotated pair: the rope op is a no-op, the sequence is the norm alone */
     if (n_pairs <= 0) return ls_cuda_rmsnorm(st, x, w, m * n_heads, hd, eps);
     LSC_REQUIRE(hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 && m * n_heads <= INT32_MAX);
-    k_norm_rope<<<(unsigned)(m * n_heads), kThreads, 0, st>>>(x, w, n_heads, hd, eps, n_pairs, pos, theta_base,
-                                                               freq_scale);
+    k_norm_rope<<<(unsigned)(m * n_heads), kThreads, 0, st>>>(x, w, n_heads, m * n_heads, nullptr, nullptr, 0, hd,
+                                                               eps, n_pairs, pos, theta_base, freq_scale);
+    LSC_CHECK_LAUNCH();
+}
+
+void ls_cuda_norm_rope2(cudaStream_t st, float *x, const float *w, int32_t n_heads, float *x2, const float *w2,
+                        int32_t n_heads2, int64_t m, int32_t hd, float eps, int32_t n_pairs, const int32_t *pos,
+                        float theta_base, float freq_scale) {
+    if (m <= 0 || n_heads <= 0 || n_heads2 <= 0 || hd <= 0) return;
+    LSC_REQUIRE(n_pairs > 0 && hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 &&
+                m * ((int64_t)n_heads + n_heads2) <= INT32_MAX);
+    k_norm_rope<<<(unsigned)(m * (n_heads + n_heads2)), kThreads, 0, st>>>(
+        x, w, n_heads, m * n_heads, x2, w2, n_heads2, hd, eps, n_pairs, pos, theta_base, freq_scale);
     LSC_CHECK_LAUNCH();
 }
 
