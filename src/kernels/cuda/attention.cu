@@ -62,6 +62,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant_act.cuh"
 
 namespace {
@@ -305,6 +306,7 @@ __device__ __forceinline__ void attn_store(const Params &p, const float *Op, con
  * summed in increasing position whatever UK), so the variant picked for a launch, which
  * follows from the query vectors a tile holds, never shows in the bits. */
 template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(NT, 2) k_attn_part(const Params p_arg) {
+    ls::pdl::enter();
     const Params p = with_dyn(p_arg);
     constexpr int hd = 32 * E;
     extern __shared__ float4 smem4[];
@@ -415,6 +417,7 @@ __device__ __forceinline__ void combine_quant(const Params &p, const float *out,
 }
 
 __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
+    ls::pdl::enter();
     const Params p = with_dyn(p_arg);
     const int64_t qv = blockIdx.x; /* r * n_head + h within the group */
     const int64_t r = qv / p.n_head;
@@ -656,10 +659,10 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
             const part_fn part = a->kv_f32 ? part_kernel<float>(E, p.qn) : part_kernel<__half>(E, p.qn);
             const int64_t tiles = (mg * p.group + p.qn - 1) / p.qn;
             const dim3 grid((unsigned)p.nch, (unsigned)tiles, (unsigned)a->n_kv);
-            part<<<grid, NT, part_smem_bytes(p.hd, p.qn), st>>>(p);
+            LSC_CHECK(ls::pdl::launch(part, grid, NT, part_smem_bytes(p.hd, p.qn), st, p));
             LSC_CHECK_LAUNCH();
         }
-        k_attn_combine<<<(unsigned)(mg * a->n_head), CT, 0, st>>>(p);
+        LSC_CHECK(ls::pdl::launch(k_attn_combine, (unsigned)(mg * a->n_head), CT, 0, st, p));
         LSC_CHECK_LAUNCH();
     }
 }

@@ -52,6 +52,7 @@
 #include "kernels/cuda/cuda_matmul.h"
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/mmq_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant_act.cuh"
 
 namespace {
@@ -73,6 +74,7 @@ constexpr int R = 8;               /* activation rows per tile */
 template <bool IL, bool X16>
 __global__ void __launch_bounds__(256) quant_x_kernel(const float *__restrict__ x, int64_t K, int64_t quads,
                                                       int8_t *__restrict__ xq, Meta *__restrict__ xm) {
+    ls::pdl::enter();
     const int64_t t = (int64_t)blockIdx.x * 256 + threadIdx.x;
     const bool live = t < quads; /* quads is a multiple of 8: 8-lane groups are all live or all not */
     const int64_t tq = live ? t : quads - 1;
@@ -489,6 +491,7 @@ template <class T, int RT>
 __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     mmq_kernel(const Ctx c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, float *__restrict__ y,
                int64_t M) {
+    ls::pdl::enter();
     const int64_t m0 = (int64_t)blockIdx.x * RT;
     const int nr = (int)(M - m0 < RT ? M - m0 : RT);
     mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, blockIdx.y);
@@ -507,6 +510,7 @@ struct Group {
 template <class T, int RT>
 __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     mmq_group_kernel(const Group g, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int64_t M) {
+    ls::pdl::enter();
     int64_t yb = blockIdx.y;
     /* uniform selects (no dynamic indexing of the parameter space) */
     Ctx c = g.c[0];
@@ -557,9 +561,9 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
             /* the scratch already holds these rows, quantized for this layout (the caller's
              * promise, ls_cuda_mmq_act_key) */
         } else if ((uintptr_t)x % 16 == 0)
-            quant_x_kernel<T::IL, true><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
+            ls::pdl::launch(quant_x_kernel<T::IL, true>, (unsigned)qblocks, 256, 0, st, x + r0 * c.K, c.K, quads, xq, xm);
         else
-            quant_x_kernel<T::IL, false><<<(unsigned)qblocks, 256, 0, st>>>(x + r0 * c.K, c.K, quads, xq, xm);
+            ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x + r0 * c.K, c.K, quads, xq, xm);
         const int pol = g_policy.load(std::memory_order_relaxed);
         if (pol == 2 || (pol == 0 && ls::mmq::use_mma(mr, c.N))) {
             if (ls::mmq::mma_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0) return -1;
@@ -569,10 +573,10 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
         const dim3 grid((unsigned)((mr + rt - 1) / rt), (unsigned)nb);
         float *yr = y + r0 * c.N;
         switch (rt) {
-        case 1: mmq_kernel<T, 1><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
-        case 2: mmq_kernel<T, 2><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
-        case 4: mmq_kernel<T, 4><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
-        default: mmq_kernel<T, R><<<grid, 32 * WARPS, 0, st>>>(c, xq, xm, yr, mr); break;
+        case 1: ls::pdl::launch(mmq_kernel<T, 1>, grid, 32 * WARPS, 0, st, c, xq, xm, yr, mr); break;
+        case 2: ls::pdl::launch(mmq_kernel<T, 2>, grid, 32 * WARPS, 0, st, c, xq, xm, yr, mr); break;
+        case 4: ls::pdl::launch(mmq_kernel<T, 4>, grid, 32 * WARPS, 0, st, c, xq, xm, yr, mr); break;
+        default: ls::pdl::launch(mmq_kernel<T, R>, grid, 32 * WARPS, 0, st, c, xq, xm, yr, mr); break;
         }
     }
     return 0;
@@ -599,17 +603,17 @@ int launch_group(cudaStream_t st, Group g, const float *x, int64_t M, void *scra
     if (!act_ready) {
         const int64_t quads = M * K / 4, qblocks = (quads + 255) / 256;
         if ((uintptr_t)x % 16 == 0)
-            quant_x_kernel<T::IL, true><<<(unsigned)qblocks, 256, 0, st>>>(x, K, quads, xq, xm);
+            ls::pdl::launch(quant_x_kernel<T::IL, true>, (unsigned)qblocks, 256, 0, st, x, K, quads, xq, xm);
         else
-            quant_x_kernel<T::IL, false><<<(unsigned)qblocks, 256, 0, st>>>(x, K, quads, xq, xm);
+            ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x, K, quads, xq, xm);
     }
     const int rt = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : R;
     const dim3 grid((unsigned)((M + rt - 1) / rt), (unsigned)nb);
     switch (rt) {
-    case 1: mmq_group_kernel<T, 1><<<grid, 32 * WARPS, 0, st>>>(g, xq, xm, M); break;
-    case 2: mmq_group_kernel<T, 2><<<grid, 32 * WARPS, 0, st>>>(g, xq, xm, M); break;
-    case 4: mmq_group_kernel<T, 4><<<grid, 32 * WARPS, 0, st>>>(g, xq, xm, M); break;
-    default: mmq_group_kernel<T, R><<<grid, 32 * WARPS, 0, st>>>(g, xq, xm, M); break;
+    case 1: ls::pdl::launch(mmq_group_kernel<T, 1>, grid, 32 * WARPS, 0, st, g, xq, xm, M); break;
+    case 2: ls::pdl::launch(mmq_group_kernel<T, 2>, grid, 32 * WARPS, 0, st, g, xq, xm, M); break;
+    case 4: ls::pdl::launch(mmq_group_kernel<T, 4>, grid, 32 * WARPS, 0, st, g, xq, xm, M); break;
+    default: ls::pdl::launch(mmq_group_kernel<T, R>, grid, 32 * WARPS, 0, st, g, xq, xm, M); break;
     }
     return 0;
 }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant_act.cuh"
 
 namespace {
@@ -65,6 +66,7 @@ __global__ void k_add(float *x, const float *y, int64_t n) {
 }
 
 __global__ void k_scale(float *x, float s, int64_t n) {
+    ls::pdl::enter();
     GRID_STRIDE(i, n) x[i] = __fmul_rn(x[i], s);
 }
 
@@ -115,6 +117,7 @@ __global__ void k_gelu_mul(float *g, const float *u, int64_t n) {
 template <bool IL>
 __global__ void __launch_bounds__(kThreads) k_gelu_mul_q(float *g, const float *u, int64_t n, int8_t *xq,
                                                          ls::mmq::Meta *xm) {
+    ls::pdl::enter();
     const int64_t nq = n / 4, bound = (nq + 31) / 32 * 32;
     for (int64_t qi = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; qi < bound;
          qi += (int64_t)gridDim.x * blockDim.x) {
@@ -203,6 +206,7 @@ __device__ __forceinline__ float rms_elt(float x, float scale, const float *w, i
  * block_sum_sq and then writes only its own. rmsnorm and rmsnorm_to are this one kernel. */
 __global__ void __launch_bounds__(kThreads)
     k_rmsnorm(float *dst, const float *src, const float *w, int64_t n, float eps) {
+    ls::pdl::enter();
     const float *in = src + (int64_t)blockIdx.x * n;
     float *out = dst + (int64_t)blockIdx.x * n;
     float s = 0.0f;
@@ -239,6 +243,7 @@ template <int Q>
 __global__ void __launch_bounds__(kThreads)
     k_add_rmsnorm(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
                   float eps, int8_t *xq, ls::mmq::Meta *xm) {
+    ls::pdl::enter();
     const int64_t off = (int64_t)blockIdx.x * n;
     float *xr = x + off;
     const float *tr = t + off;
@@ -270,6 +275,7 @@ template <int Q, int NPT>
 __global__ void __launch_bounds__(kThreads)
     k_add_rmsnorm_r(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
                     float eps, int8_t *xq, ls::mmq::Meta *xm) {
+    ls::pdl::enter();
     extern __shared__ float srow[]; /* the normed row, when Q */
     const int64_t off = (int64_t)blockIdx.x * n;
     float *xr = x + off;
@@ -322,11 +328,11 @@ void launch_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *
                         const float *w_pre, int64_t m, int64_t n, float eps, int8_t *xq, ls::mmq::Meta *xm) {
     const size_t sm = Q ? sizeof(float) * (size_t)n : 0;
     if (n <= 4 * kThreads)
-        k_add_rmsnorm_r<Q, 4><<<(unsigned)m, kThreads, sm, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+        LSC_CHECK(ls::pdl::launch(k_add_rmsnorm_r<Q, 4>, (unsigned)m, kThreads, sm, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
     else if (n <= 24 * kThreads)
-        k_add_rmsnorm_r<Q, 24><<<(unsigned)m, kThreads, sm, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+        LSC_CHECK(ls::pdl::launch(k_add_rmsnorm_r<Q, 24>, (unsigned)m, kThreads, sm, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
     else
-        k_add_rmsnorm<Q><<<(unsigned)m, kThreads, 0, st>>>(x, t, w_post, s, xn, w_pre, n, eps, xq, xm);
+        LSC_CHECK(ls::pdl::launch(k_add_rmsnorm<Q>, (unsigned)m, kThreads, 0, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
 }
 
 /* One block per row. Angles as kernels/cpu/rope.c builds them: inverse frequency
@@ -383,6 +389,7 @@ constexpr int kMaxHd = 1024;
 __global__ void __launch_bounds__(kThreads)
     k_norm_rope(float *x, const float *w, int32_t n_heads, int64_t nb0, float *x2, const float *w2, int32_t n_heads2,
                 int32_t hd, float eps, int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
+    ls::pdl::enter();
     __shared__ float red[kThreads / 32];
     __shared__ float v[kMaxHd], cs[kMaxHd / 2], sn[kMaxHd / 2];
     int64_t row = blockIdx.x;
@@ -419,6 +426,7 @@ __global__ void __launch_bounds__(kThreads)
 
 /* kv_store2: k_store_f16's conversion for both caches in one grid. */
 __global__ void k_store2_f16(void *const *dst, const float *k, const float *v, int64_t n) {
+    ls::pdl::enter();
     __half *dk = (__half *)dst[0], *dv = (__half *)dst[1];
     GRID_STRIDE(i, n) {
         dk[i] = __float2half_rn(k[i]);
@@ -429,6 +437,7 @@ __global__ void k_store2_f16(void *const *dst, const float *k, const float *v, i
 /* kv_store2 into f32 caches: the bytes, as the two cudaMemcpyAsync of kv_store copy them
  * (32-bit words moved through registers, never through a float operation). */
 __global__ void k_copy2_u32(void *const *dst, const uint32_t *k, const uint32_t *v, int64_t n) {
+    ls::pdl::enter();
     uint32_t *dk = (uint32_t *)dst[0], *dv = (uint32_t *)dst[1];
     GRID_STRIDE(i, n) {
         dk[i] = k[i];
@@ -455,14 +464,14 @@ void ls_cuda_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const fl
 void ls_cuda_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
-    k_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(x, x, w, n, eps);
+    LSC_CHECK(ls::pdl::launch(k_rmsnorm, (unsigned)m, kThreads, 0, st, x, (const float *)x, w, n, eps));
     LSC_CHECK_LAUNCH();
 }
 
 void ls_cuda_rmsnorm_to(cudaStream_t st, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
-    k_rmsnorm<<<(unsigned)m, kThreads, 0, st>>>(dst, src, w, n, eps);
+    LSC_CHECK(ls::pdl::launch(k_rmsnorm, (unsigned)m, kThreads, 0, st, dst, src, w, n, eps));
     LSC_CHECK_LAUNCH();
 }
 
@@ -494,9 +503,9 @@ void ls_cuda_gelu_mul_q(cudaStream_t st, float *gate, const float *up, int64_t n
     ls::mmq::Meta *xm = ls::mmq::meta_of(scratch, n);
     const unsigned blocks = elt_blocks(n / 4);
     if (layout == 1)
-        k_gelu_mul_q<true><<<blocks, kThreads, 0, st>>>(gate, up, n, xq, xm);
+        LSC_CHECK(ls::pdl::launch(k_gelu_mul_q<true>, blocks, kThreads, 0, st, gate, up, n, xq, xm));
     else
-        k_gelu_mul_q<false><<<blocks, kThreads, 0, st>>>(gate, up, n, xq, xm);
+        LSC_CHECK(ls::pdl::launch(k_gelu_mul_q<false>, blocks, kThreads, 0, st, gate, up, n, xq, xm));
     LSC_CHECK_LAUNCH();
 }
 
@@ -506,8 +515,9 @@ void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int
     /* no rotated pair: the rope op is a no-op, the sequence is the norm alone */
     if (n_pairs <= 0) return ls_cuda_rmsnorm(st, x, w, m * n_heads, hd, eps);
     LSC_REQUIRE(hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 && m * n_heads <= INT32_MAX);
-    k_norm_rope<<<(unsigned)(m * n_heads), kThreads, 0, st>>>(x, w, n_heads, m * n_heads, nullptr, nullptr, 0, hd,
-                                                               eps, n_pairs, pos, theta_base, freq_scale);
+    LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(m * n_heads), kThreads, 0, st, x, w, n_heads, m * n_heads,
+                              (float *)nullptr, (const float *)nullptr, 0, hd, eps, n_pairs, pos, theta_base,
+                              freq_scale));
     LSC_CHECK_LAUNCH();
 }
 
@@ -517,8 +527,8 @@ void ls_cuda_norm_rope2(cudaStream_t st, float *x, const float *w, int32_t n_hea
     if (m <= 0 || n_heads <= 0 || n_heads2 <= 0 || hd <= 0) return;
     LSC_REQUIRE(n_pairs > 0 && hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 &&
                 m * ((int64_t)n_heads + n_heads2) <= INT32_MAX);
-    k_norm_rope<<<(unsigned)(m * (n_heads + n_heads2)), kThreads, 0, st>>>(
-        x, w, n_heads, m * n_heads, x2, w2, n_heads2, hd, eps, n_pairs, pos, theta_base, freq_scale);
+    LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(m * (n_heads + n_heads2)), kThreads, 0, st, x, w, n_heads,
+                              m * n_heads, x2, w2, n_heads2, hd, eps, n_pairs, pos, theta_base, freq_scale));
     LSC_CHECK_LAUNCH();
 }
 
@@ -544,7 +554,7 @@ void ls_cuda_add(cudaStream_t st, float *x, const float *y, int64_t n) {
 
 void ls_cuda_scale(cudaStream_t st, float *x, float s, int64_t n) {
     if (n <= 0) return;
-    k_scale<<<elt_blocks(n), kThreads, 0, st>>>(x, s, n);
+    LSC_CHECK(ls::pdl::launch(k_scale, elt_blocks(n), kThreads, 0, st, x, s, n));
     LSC_CHECK_LAUNCH();
 }
 
@@ -579,9 +589,9 @@ void ls_cuda_kv_store(cudaStream_t st, void *dst, bool f32, const float *src, in
 void ls_cuda_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n) {
     if (n <= 0) return;
     if (f32)
-        k_copy2_u32<<<elt_blocks(n), kThreads, 0, st>>>(dst, (const uint32_t *)k, (const uint32_t *)v, n);
+        LSC_CHECK(ls::pdl::launch(k_copy2_u32, elt_blocks(n), kThreads, 0, st, dst, (const uint32_t *)k, (const uint32_t *)v, n));
     else
-        k_store2_f16<<<elt_blocks(n), kThreads, 0, st>>>(dst, k, v, n);
+        LSC_CHECK(ls::pdl::launch(k_store2_f16, elt_blocks(n), kThreads, 0, st, dst, k, v, n));
     LSC_CHECK_LAUNCH();
 }
 
