@@ -97,7 +97,22 @@ struct Params {
     int8_t *xq;
     ls::mmq::Meta *xm;
     int qlayout;
+    /* 1 when the call's keys lie in one chunk (nch == 1, known when the launch is recorded):
+     * the partial kernel finishes each vector itself with k_attn_combine's arithmetic for
+     * one chunk (fold_chunk) and no combine kernel runs. */
+    int final_out;
 };
+
+/* One step of k_attn_combine's fold (shared by the partial kernel's one-chunk finish): the
+ * new max and the two rescale factors. Not inlined, so that both kernels run this one
+ * compiled sequence on their own operands (the finish passes M = -inf, which the combine
+ * loop carries in a register: no call site lets the compiler specialise it). */
+__device__ __noinline__ float fold_chunk(float M, float mc, float *a, float *b) {
+    const float Mn = fmaxf(M, mc);
+    *a = expf(__fsub_rn(M, Mn)); /* 0 for the first chunk (M = -inf) */
+    *b = expf(__fsub_rn(mc, Mn));
+    return Mn;
+}
 
 /* The call's cache extent from device memory (Params::dyn). */
 __device__ __forceinline__ Params with_dyn(Params p) {
@@ -301,6 +316,51 @@ __device__ __forceinline__ void attn_store(const Params &p, const float *Op, con
     }
 }
 
+/* The one-chunk finish (Params::final_out): each vector's output is k_attn_combine's for a
+ * single chunk, operation for operation (L = 0 * a + sum * b, O = 0 * a + o * b,
+ * out = O * (1 / L), with fold_chunk's a and b), written straight to out; a vector that sees
+ * no key gets zeros. Then, when asked, the quantization of the finished vectors (as
+ * combine_quant: a barrier, then quads from memory). */
+template <int E>
+__device__ __forceinline__ void attn_finish(const Params &p, const float *Op, const int32_t *s_lo, const int32_t *s_hi,
+                                            const int64_t *s_qoff, const float *s_mx, const float *s_sum, int qcount,
+                                            int tid, bool any) {
+    constexpr int hd = 32 * E;
+    for (int o = tid; o < qcount * hd; o += NT) {
+        const int qi = o / hd, r = o - qi * hd;
+        const int e = r >> 5, l = r & 31;
+        float *out = p.out + s_qoff[qi] + l * E + e;
+        if (!any || s_lo[qi] > s_hi[qi]) {
+            *out = 0.0f;
+            continue;
+        }
+        float v = Op[(size_t)qi * hd + r];
+#pragma unroll
+        for (int w = 1; w < NW; w++) v = __fadd_rn(v, Op[((size_t)w * p.qn + qi) * hd + r]);
+        float a, b;
+        fold_chunk(-INFINITY, s_mx[qi], &a, &b);
+        const float L = __fadd_rn(__fmul_rn(0.0f, a), __fmul_rn(s_sum[qi], b));
+        const float O = __fadd_rn(__fmul_rn(0.0f, a), __fmul_rn(v, b));
+        *out = __fmul_rn(O, __fdiv_rn(1.0f, L));
+    }
+    if (p.qlayout < 0) return; /* uniform over the grid */
+    __syncthreads();
+    constexpr int nq = hd / 4; /* quads of a vector, a multiple of 8 */
+    const int total = qcount * nq, bound = (total + 31) / 32 * 32;
+    for (int g = tid; g < bound; g += NT) {
+        const bool live = g < total;
+        const int gg = live ? g : total - 1;
+        const int qi = gg / nq, qd = gg - qi * nq;
+        const float *src = p.out + s_qoff[qi] + 4 * qd;
+        const float4 v = make_float4(src[0], src[1], src[2], src[3]);
+        const int64_t blk = s_qoff[qi] / 32 + qd / 8;
+        if (p.qlayout == 1)
+            ls::mmq::quant_quad<true>(v, qd % 8, live, p.xq, p.xm, blk);
+        else
+            ls::mmq::quant_quad<false>(v, qd % 8, live, p.xq, p.xm, blk);
+    }
+}
+
 /* QR: the register tile of query vectors (qn <= QR); UK: keys a warp loads before using
  * them. Neither changes any query's arithmetic (see warp_sum_multi; a warp's keys are
  * summed in increasing position whatever UK), so the variant picked for a launch, which
@@ -344,7 +404,10 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
             ulo = s_lo[i] < ulo ? s_lo[i] : ulo;
             uhi = s_hi[i] > uhi ? s_hi[i] : uhi;
         }
-    if (ulo > uhi) return;
+    if (ulo > uhi) {
+        if (p.final_out) attn_finish<E>(p, nullptr, s_lo, s_hi, s_qoff, s_mx, s_sum, qcount, tid, false);
+        return;
+    }
 
     const int64_t slot_stride = (int64_t)p.n_kv * hd;
     const KT *const kb = reinterpret_cast<const KT *>(p.k) + (int64_t)kvh * hd + lane * E;
@@ -394,7 +457,10 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
         }
     }
     __syncthreads();
-    attn_store<E>(p, Op, s_lo, s_hi, s_slot, s_mx, s_sum, qcount, tid);
+    if (p.final_out)
+        attn_finish<E>(p, Op, s_lo, s_hi, s_qoff, s_mx, s_sum, qcount, tid, true);
+    else
+        attn_store<E>(p, Op, s_lo, s_hi, s_slot, s_mx, s_sum, qcount, tid);
 }
 
 /* The finished output vector `out` (hd floats, vector index qv over all rows of the call)
@@ -436,9 +502,8 @@ __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
     for (int32_t c = c_lo; c <= c_hi; c++) {
         const int64_t slot = qv * p.nch + c;
         const float mc = p.part_ml[2 * slot], lc = p.part_ml[2 * slot + 1];
-        const float Mn = fmaxf(M, mc);
-        const float a = expf(__fsub_rn(M, Mn)); /* 0 for the first chunk (M = -inf) */
-        const float b = expf(__fsub_rn(mc, Mn));
+        float a, b;
+        const float Mn = fold_chunk(M, mc, &a, &b);
         L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(lc, b));
         const float *oc = p.part_o + slot * hd;
 #pragma unroll
@@ -495,11 +560,14 @@ template <typename KT> part_fn part_kernel(int E, int qn) {
  * block, and the one-vector body is the smallest. Same bits (see k_attn_part).
  * LOCKSTEP_CUDA_ATTN_SPLIT overrides it (A/B runs; 0 turns it off). */
 int g_split_max = 8;
+/* Params::final_out allowed (LOCKSTEP_CUDA_ATTN_FINISH=0: always the combine kernel; A/B). */
+bool g_finish = true;
 
 } // namespace
 
 void ls_cuda_attention_init(void) {
     if (const char *e = getenv("LOCKSTEP_CUDA_ATTN_SPLIT")) g_split_max = atoi(e);
+    if (const char *e = getenv("LOCKSTEP_CUDA_ATTN_FINISH")) g_finish = atoi(e) != 0;
     for (int E = 1; E <= 16; E++) {
         const int bytes = (int)part_smem_bytes(32 * E, qr_for(E));
         for (int qn : {1, QR_SMALL, qr_for(E)}) {
@@ -611,6 +679,7 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
     p.vec = ((uintptr_t)a->k % 16 == 0 && (uintptr_t)a->v % 16 == 0) ? 1 : 0;
     p.dyn = dyn;
     p.qlayout = a->hd >= 32 && qscratch ? qlayout : -1;
+    p.final_out = 0;
     p.xq = (int8_t *)qscratch;
     p.xm = qscratch ? ls::mmq::meta_of(qscratch, a->m * a->n_head * (int64_t)a->hd) : nullptr;
     if (a->hd < 32) {
@@ -628,6 +697,7 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
     ls_cuda_attention_extent(a, ext); /* the host's copy of what dyn holds: grid and scratch layout */
     p.c_first = ext[2];
     p.nch = ext[3];
+    p.final_out = p.nch == 1 && g_finish ? 1 : 0;
 
     /* Rows per group: what the scratch holds, and what the grid's y dimension takes. */
     int64_t rows = a->m;
@@ -661,6 +731,7 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
             const dim3 grid((unsigned)p.nch, (unsigned)tiles, (unsigned)a->n_kv);
             LSC_CHECK(ls::pdl::launch(part, grid, NT, part_smem_bytes(p.hd, p.qn), st, p));
             LSC_CHECK_LAUNCH();
+            if (p.final_out) continue;
         }
         LSC_CHECK(ls::pdl::launch(k_attn_combine, (unsigned)(mg * a->n_head), CT, 0, st, p));
         LSC_CHECK_LAUNCH();

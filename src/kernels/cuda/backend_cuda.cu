@@ -353,6 +353,10 @@ struct CudaBackend {
         const float *w2 = nullptr;
         int32_t nh2 = 0;
         int n = 1;
+        /* the kv_store2 of the k heads and v that followed (cu_kv_store2), or kv == NULL */
+        void *const *kv = nullptr;
+        const float *v = nullptr;
+        int64_t nv = 0;
     };
     struct {
         uint64_t seq;
@@ -811,14 +815,14 @@ void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n
         nr.g->n = 2;
         c->op_seq++;
         c->sig = mix_v(c->sig, mix_v(h, 0x70616972ull)); /* "pair" */
-        nr.seq = 0;
+        nr.seq = c->op_seq; /* a kv_store2 of these k heads may join next */
         return;
     }
     auto g = std::make_shared<CudaBackend::RopePair>();
     run_op(c, h, [=] {
         if (g->n == 2)
             ls_cuda_norm_rope2(g_stream, x, dw, n_heads, g->x2, g->w2, g->nh2, m, hd, eps, n_pairs, pos, theta_base,
-                               freq_scale);
+                               freq_scale, g->kv, g->v, g->nv);
         else
             ls_cuda_norm_rope(g_stream, x, dw, m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale);
     });
@@ -833,6 +837,18 @@ void cu_kv_store2(ls_backend *be, void *dk, void *dv, bool f32, const float *k, 
     const Slot sl = param_slot(c, sizeof dst);
     memcpy(sl.host, dst, sizeof dst);
     const bool rec = c->recording;
+    /* right after the q / k norm_rope pair of these k heads: that launch stores them */
+    auto &nr = c->nrope;
+    if (rec && !f32 && nr.g && nr.seq == c->op_seq && nr.g->n == 2 && !nr.g->kv && nr.g->x2 == k &&
+        n == nr.m * nr.g->nh2 * nr.hd) {
+        nr.g->kv = (void *const *)sl.dev;
+        nr.g->v = v;
+        nr.g->nv = n;
+        c->op_seq++;
+        c->sig = mix_v(c->sig, mix_v(h, 0x6b766a6eull)); /* "kvjn" */
+        nr.seq = 0;
+        return;
+    }
     run_op(c, h, [sl, f32, k, v, n, rec] {
         if (!rec) upload_slot(sl);
         ls_cuda_kv_store2(g_stream, (void *const *)sl.dev, f32, k, v, n);

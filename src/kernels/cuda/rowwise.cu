@@ -29,6 +29,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant_act.cuh"
@@ -384,43 +386,75 @@ __global__ void __launch_bounds__(kRopeThreads)
 constexpr int kMaxHd = 1024;
 
 /* Two tensors of one step's rows (q and k heads) can share a launch: blocks [0, nb0) are
- * the first's (x, w, n_heads), the rest the second's (x2, w2, n_heads2); a block's work is
- * the same either way. */
-__global__ void __launch_bounds__(kThreads)
-    k_norm_rope(float *x, const float *w, int32_t n_heads, int64_t nb0, float *x2, const float *w2, int32_t n_heads2,
-                int32_t hd, float eps, int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale) {
+ * the first's (x, w, n_heads), the next m * n_heads2 the second's (x2, w2, n_heads2); a
+ * block's work is the same either way. With kv (a device slot {dk, dv} of f16 caches), the
+ * launch also does the kv_store2 that follows (k_store2_f16's conversion, element for
+ * element): the second tensor's blocks store their finished k rows, and blocks from nbk
+ * on convert the nv elements of v. */
+struct NormRope {
+    float *x;
+    const float *w;
+    int32_t n_heads;
+    int64_t nb0;
+    float *x2;
+    const float *w2;
+    int32_t n_heads2;
+    void *const *kv;
+    const float *v;
+    int64_t nv, nbk;
+    int32_t hd;
+    float eps;
+    int32_t n_pairs;
+    const int32_t *pos;
+    float theta_base, freq_scale;
+};
+
+__global__ void __launch_bounds__(kThreads) k_norm_rope(const NormRope j) {
     ls::pdl::enter();
     __shared__ float red[kThreads / 32];
     __shared__ float v[kMaxHd], cs[kMaxHd / 2], sn[kMaxHd / 2];
     int64_t row = blockIdx.x;
-    if (row >= nb0) { /* uniform over the block */
-        row -= nb0;
-        x = x2;
-        w = w2;
-        n_heads = n_heads2;
+    if (j.kv && row >= j.nbk) { /* a v-conversion block (uniform over the block) */
+        __half *dv = (__half *)j.kv[1];
+        for (int64_t i = (row - j.nbk) * kThreads + threadIdx.x; i < j.nv; i += (gridDim.x - j.nbk) * kThreads)
+            dv[i] = __float2half_rn(j.v[i]);
+        return;
     }
+    float *x = j.x;
+    const float *w = j.w;
+    int32_t n_heads = j.n_heads;
+    __half *dk = nullptr;
+    if (row >= j.nb0) { /* uniform over the block */
+        row -= j.nb0;
+        x = j.x2;
+        w = j.w2;
+        n_heads = j.n_heads2;
+        if (j.kv) dk = (__half *)j.kv[0];
+    }
+    const int32_t hd = j.hd, n_pairs = j.n_pairs;
     float *xr = x + row * (int64_t)hd;
     float s = 0.0f;
     for (int32_t i = threadIdx.x; i < hd; i += kThreads) s = fmaf(xr[i], xr[i], s);
-    const float scale = rms_scale(block_sum_sq(s, red), hd, eps);
+    const float scale = rms_scale(block_sum_sq(s, red), hd, j.eps);
     for (int32_t i = threadIdx.x; i < hd; i += kThreads) v[i] = rms_elt(xr[i], scale, w, i);
-    const double p = (double)pos[row / n_heads];
-    for (int32_t j = threadIdx.x; j < n_pairs; j += kThreads) {
-        const float2 a = rope_angle(p, j, hd, theta_base, freq_scale);
-        cs[j] = a.x;
-        sn[j] = a.y;
+    const double p = (double)j.pos[row / n_heads];
+    for (int32_t k = threadIdx.x; k < n_pairs; k += kThreads) {
+        const float2 a = rope_angle(p, k, hd, j.theta_base, j.freq_scale);
+        cs[k] = a.x;
+        sn[k] = a.y;
     }
     __syncthreads();
     const int32_t half = hd / 2;
     for (int32_t i = threadIdx.x; i < hd; i += kThreads) {
-        float o = v[i]; /* pairs j >= n_pairs (and an odd hd's middle element) stay as normed */
+        float o = v[i]; /* pairs k >= n_pairs (and an odd hd's middle element) stay as normed */
         if (i < half) {
             if (i < n_pairs) o = __fsub_rn(__fmul_rn(v[i], cs[i]), __fmul_rn(v[i + half], sn[i]));
         } else {
-            const int32_t j = i - half;
-            if (j < n_pairs) o = __fadd_rn(__fmul_rn(v[i], cs[j]), __fmul_rn(v[j], sn[j]));
+            const int32_t k = i - half;
+            if (k < n_pairs) o = __fadd_rn(__fmul_rn(v[i], cs[k]), __fmul_rn(v[k], sn[k]));
         }
         xr[i] = o;
+        if (dk) dk[row * (int64_t)hd + i] = __float2half_rn(o);
     }
 }
 
@@ -515,20 +549,23 @@ void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int
     /* no rotated pair: the rope op is a no-op, the sequence is the norm alone */
     if (n_pairs <= 0) return ls_cuda_rmsnorm(st, x, w, m * n_heads, hd, eps);
     LSC_REQUIRE(hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 && m * n_heads <= INT32_MAX);
-    LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(m * n_heads), kThreads, 0, st, x, w, n_heads, m * n_heads,
-                              (float *)nullptr, (const float *)nullptr, 0, hd, eps, n_pairs, pos, theta_base,
-                              freq_scale));
+    const NormRope j = {x, w, n_heads, m * n_heads, nullptr, nullptr, 0, nullptr, nullptr, 0, 0,
+                        hd, eps, n_pairs, pos, theta_base, freq_scale};
+    LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(m * n_heads), kThreads, 0, st, j));
     LSC_CHECK_LAUNCH();
 }
 
 void ls_cuda_norm_rope2(cudaStream_t st, float *x, const float *w, int32_t n_heads, float *x2, const float *w2,
                         int32_t n_heads2, int64_t m, int32_t hd, float eps, int32_t n_pairs, const int32_t *pos,
-                        float theta_base, float freq_scale) {
+                        float theta_base, float freq_scale, void *const *kv, const float *v, int64_t nv) {
     if (m <= 0 || n_heads <= 0 || n_heads2 <= 0 || hd <= 0) return;
     LSC_REQUIRE(n_pairs > 0 && hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 &&
-                m * ((int64_t)n_heads + n_heads2) <= INT32_MAX);
-    LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(m * (n_heads + n_heads2)), kThreads, 0, st, x, w, n_heads,
-                              m * n_heads, x2, w2, n_heads2, hd, eps, n_pairs, pos, theta_base, freq_scale));
+                m * ((int64_t)n_heads + n_heads2) <= INT32_MAX / 2);
+    const int64_t nbk = m * ((int64_t)n_heads + n_heads2);
+    const int64_t vb = kv && nv > 0 ? std::min<int64_t>((nv + kThreads - 1) / kThreads, 256) : 0;
+    const NormRope j = {x, w, n_heads, m * n_heads, x2, w2, n_heads2, vb ? kv : nullptr, v, nv, nbk,
+                        hd, eps, n_pairs, pos, theta_base, freq_scale};
+    LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(nbk + vb), kThreads, 0, st, j));
     LSC_CHECK_LAUNCH();
 }
 
