@@ -225,7 +225,8 @@ static int32_t lm_head_rows(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
             g->s->n_hidden = rows;
             g->s->hidden_pos0 = g->s->pos + from;
         }
-        if (ws->xn + (int64_t)nl * d != h) op->copy(be, ws->xn + (int64_t)nl * d, h, sizeof(float) * (size_t)(rows * d));
+        if (ws->xn + (int64_t)nl * d != h)
+            op->copy(be, ws->xn + (int64_t)nl * d, h, sizeof(float) * (size_t)(rows * d));
         nl += rows;
     }
     return nl;

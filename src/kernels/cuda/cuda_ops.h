@@ -86,8 +86,8 @@ void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]);
  * replayed graph attends over the cache as it is at replay time. qlayout >= 0 (hd >= 32): the
  * output is also left quantized in qscratch for the integer matmul that reads it next
  * (ls_cuda_add_rmsnorm_q's contract); -1 (qscratch may be NULL): not. */
-void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch,
-                       size_t scratch_bytes, void *qscratch, int qlayout);
+void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes,
+                       void *qscratch, int qlayout);
 
 /* ---- backend_cuda.cu: collectives ---- */
 /* Runs fn(stream, ud) under the queue lock on the stream the ops of `be` run on (outside any
