@@ -16,7 +16,12 @@
  *      the CPU reference dequantizer (ls_type_get()->dequantize_row,
  *      ls_mlx_affine_dequantize_row);
  *  (c) get_rows bit-identical to the CPU dequantizer (and zero rows for out-of-range ids);
- *  every output buffer is poisoned (NaN) before each call and checked fully written.
+ *  every output buffer is poisoned (NaN) before each call and checked fully written;
+ *  (d) the launch merging of a recorded step (docs/cuda.md 2b): three weights of one type in
+ *      one grouped launch (ls_cuda_mmq_group) == three separate calls, with and without the
+ *      activations already quantized; add_rmsnorm / gelu_mul that quantize their output
+ *      (ls_cuda_add_rmsnorm_q, ls_cuda_gelu_mul_q) followed by a matmul told so == the plain
+ *      op then the matmul, outputs and residual bit for bit, for both activation layouts.
  * Some cases put the weights at a 2- or 4-byte offset to run the unaligned load path.
  *
  * --bench: M = 1, 4, 16, 512 on 21504x5376 and 5376x21504 (rows x cols) Q4_K, Q6_K, Q8_0 and
@@ -41,6 +46,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_matmul.h"
+#include "kernels/cuda/cuda_ops.h"
 extern "C" {
 #include "core/f16.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -368,6 +374,120 @@ bool test_case(const Case &c, bool quick) {
     return ok;
 }
 
+/* ---- (d) launch merging ---- */
+
+/* host copy of n floats at device d */
+std::vector<float> down(const float *d, size_t n) {
+    std::vector<float> h(n);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+float *up(const std::vector<float> &h) {
+    float *d;
+    CK(cudaMalloc(&d, h.size() * sizeof(float)));
+    CK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+
+bool same(const std::vector<float> &a, const std::vector<float> &b, const char *what) {
+    if (a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) return true;
+    size_t i = 0;
+    while (i < a.size() && i < b.size() && memcmp(&a[i], &b[i], 4) == 0) i++;
+    printf("  %s: differs at %zu\n", what, i);
+    return false;
+}
+
+/* grouped launch == separate launches, for one type (three weights, K = 1280) */
+bool test_group(const char *label, ls_type t, int bits) {
+    const int64_t K = 1280, Ns[3] = {200, 37, 64};
+    Weight W[3];
+    for (int i = 0; i < 3; i++) {
+        const Case c = {label, t, bits, 64, LS_TYPE_BF16, Ns[i], K, 0, false};
+        make_weight(c, W[i]);
+    }
+    bool ok = true;
+    for (int64_t M : {1, 2, 3, 4, 5, 8}) {
+        std::vector<float> X((size_t)M * K);
+        for (auto &v : X) v = frand();
+        float *dx = up(X), *ys[3], *yg[3];
+        for (int i = 0; i < 3; i++) {
+            CK(cudaMalloc(&ys[i], (size_t)M * Ns[i] * sizeof(float)));
+            CK(cudaMalloc(&yg[i], (size_t)M * Ns[i] * sizeof(float)));
+            CK(cudaMemset(yg[i], 0xff, (size_t)M * Ns[i] * sizeof(float)));
+            if (ls_cuda_mmq_ex(0, &W[i].w, dx, M, ys[i], scratch(), scratch_bytes(), 0) != 0) ok = false;
+        }
+        const ls_weight *ws[3] = {&W[0].w, &W[1].w, &W[2].w};
+        for (int ready = 0; ready < 2 && ok; ready++) {
+            /* ready: the scratch holds x from a separate call on the first weight just before */
+            if (ready && ls_cuda_mmq_ex(0, &W[0].w, dx, M, ys[0], scratch(), scratch_bytes(), 0) != 0) ok = false;
+            if (!ls_cuda_mmq_groupable(ws[0], ws[1], M, scratch_bytes()) ||
+                ls_cuda_mmq_group(0, 3, ws, dx, M, yg, scratch(), scratch_bytes(), ready) != 0) {
+                printf("  %s M=%lld: grouped launch refused\n", label, (long long)M);
+                ok = false;
+                break;
+            }
+            CK(cudaGetLastError());
+            for (int i = 0; i < 3 && ok; i++)
+                ok = same(down(yg[i], (size_t)M * Ns[i]), down(ys[i], (size_t)M * Ns[i]),
+                          ready ? "grouped (ready)" : "grouped");
+        }
+        cudaFree(dx);
+        for (int i = 0; i < 3; i++) cudaFree(ys[i]), cudaFree(yg[i]);
+    }
+    for (auto &w : W) free_weight(w);
+    printf("%s grouped matmul %-8s == separate launches, M 1..8\n", ok ? "PASS" : "FAIL", label);
+    return ok;
+}
+
+/* a producer that quantizes its output for the next matmul == the plain producer + the
+ * matmul's own quantization (layout 0: Q5_0, layout 1: MLX 4-bit) */
+bool test_fused_quant(const char *label, ls_type t, int bits, int64_t K) {
+    const Case c = {label, t, bits, 64, LS_TYPE_BF16, 96, K, 0, false};
+    Weight W;
+    make_weight(c, W);
+    const int layout = ls_cuda_mmq_act_key(&W.w);
+    bool ok = layout >= 0;
+    for (int64_t M : {1, 3, 8}) {
+        if (!ok) break;
+        const size_t n = (size_t)M * K;
+        std::vector<float> X(n), T(n), wp(K), wq(K), G(n), U(n);
+        for (auto &v : X) v = frand();
+        for (auto &v : T) v = frand() * 3.0f;
+        for (auto &v : wp) v = 1.0f + frand() * 0.5f;
+        for (auto &v : wq) v = frand();
+        for (auto &v : G) v = frand() * 4.0f;
+        for (auto &v : U) v = frand();
+        float *xa = up(X), *xb = up(X), *dt = up(T), *dwp = up(wp), *dwq = up(wq), *na = up(X), *nb = up(X);
+        float *ya, *yb;
+        CK(cudaMalloc(&ya, (size_t)M * W.w.rows * sizeof(float)));
+        CK(cudaMalloc(&yb, (size_t)M * W.w.rows * sizeof(float)));
+        /* add_rmsnorm (scale 0.75: the layer-scalar form) then the matmul of xn */
+        ls_cuda_add_rmsnorm(0, xa, dt, dwp, 0.75f, na, dwq, M, K, 1e-6f);
+        ok = ok && ls_cuda_matmul_ex(0, &W.w, na, M, ya, scratch(), scratch_bytes(), 0) == 0;
+        ls_cuda_add_rmsnorm_q(0, xb, dt, dwp, 0.75f, nb, dwq, M, K, 1e-6f, scratch(), layout);
+        ok = ok && ls_cuda_matmul_ex(0, &W.w, nb, M, yb, scratch(), scratch_bytes(), 1) == 0;
+        CK(cudaGetLastError());
+        ok = ok && same(down(xa, n), down(xb, n), "add_rmsnorm x") && same(down(na, n), down(nb, n), "add_rmsnorm xn") &&
+             same(down(ya, (size_t)M * W.w.rows), down(yb, (size_t)M * W.w.rows), "add_rmsnorm -> matmul");
+        /* gelu_mul then the matmul of its output */
+        float *ga = up(G), *gb = up(G), *du = up(U);
+        ls_cuda_gelu_mul(0, ga, du, (int64_t)n);
+        ok = ok && ls_cuda_matmul_ex(0, &W.w, ga, M, ya, scratch(), scratch_bytes(), 0) == 0;
+        ls_cuda_gelu_mul_q(0, gb, du, (int64_t)n, scratch(), layout);
+        ok = ok && ls_cuda_matmul_ex(0, &W.w, gb, M, yb, scratch(), scratch_bytes(), 1) == 0;
+        CK(cudaGetLastError());
+        ok = ok && same(down(ga, n), down(gb, n), "gelu_mul") &&
+             same(down(ya, (size_t)M * W.w.rows), down(yb, (size_t)M * W.w.rows), "gelu_mul -> matmul");
+        for (float *p : {xa, xb, dt, dwp, dwq, na, nb, ya, yb, ga, gb, du}) cudaFree(p);
+    }
+    free_weight(W);
+    printf("%s fused quantization %-8s K %-5lld == producer + matmul's own quantization\n", ok ? "PASS" : "FAIL",
+           label, (long long)K);
+    return ok;
+}
+
 /* ---- bench ---- */
 
 void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
@@ -542,6 +662,14 @@ int main(int argc, char **argv) {
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 130, 5376, 0, true});
     int fails = 0;
     for (const Case &c : cases) fails += !test_case(c, quick);
+    fails += !test_group("q4_0", LS_TYPE_Q4_0, 0) + !test_group("q5_0", LS_TYPE_Q5_0, 0);
+    fails += !test_group("q8_0", LS_TYPE_Q8_0, 0) + !test_group("q4_k", LS_TYPE_Q4_K, 0);
+    fails += !test_group("q6_k", LS_TYPE_Q6_K, 0) + !test_group("mlx4", LS_TYPE_MLX_AFFINE, 4);
+    fails += !test_group("mlx8", LS_TYPE_MLX_AFFINE, 8);
+    for (int64_t K : {640, 2304, 8192}) { /* the register-resident add_rmsnorm's two sizes, and the general one */
+        fails += !test_fused_quant("q5_0", LS_TYPE_Q5_0, 0, K);
+        fails += !test_fused_quant("mlx4", LS_TYPE_MLX_AFFINE, 4, K);
+    }
     /* unsupported shapes answer -1 and launch nothing */
     {
         ls_weight w;
