@@ -1809,6 +1809,76 @@ static void run_fcase(const fcase *c) {
     }
 }
 
+/* matmul_n (optional op; ls_backend_matmul_n otherwise makes n matmul calls): n weights on
+ * one input == n matmul calls, bit for bit, at every M, on every device; on a device that
+ * records steps also inside a recorded step (where the CUDA backend merges the launches:
+ * docs/cuda.md 2b). Groups whose types share an activation layout and groups that do not. */
+static void test_matmul_n(void **state) {
+    (void)state;
+    static const wcfg G[][3] = {
+        {{LS_TYPE_Q5_0, 256, 0, 0, 0, false}, {LS_TYPE_Q5_0, 256, 0, 0, 0, false}, {LS_TYPE_Q8_0, 256, 0, 0, 0, false}},
+        {{LS_TYPE_Q4_K, 256, 0, 0, 0, false}, {LS_TYPE_Q6_K, 256, 0, 0, 0, false}, {0, 0, 0, 0, 0, false}},
+        {{LS_TYPE_Q4_0, 256, 0, 0, 0, false}, {LS_TYPE_Q4_1, 256, 0, 0, 0, false}, {LS_TYPE_Q5_1, 256, 0, 0, 0, false}},
+        {{LS_TYPE_F16, 256, 0, 0, 0, false}, {LS_TYPE_Q8_0, 256, 0, 0, 0, false}, {0, 0, 0, 0, 0, false}},
+        {{LS_TYPE_MLX_AFFINE, 256, 4, 64, LS_TYPE_BF16, false},
+         {LS_TYPE_Q4_K, 256, 0, 0, 0, false},
+         {0, 0, 0, 0, 0, false}},
+    };
+    static const int64_t ROWS[3] = {133, 64, 40};
+    for (size_t gi = 0; gi < sizeof G / sizeof G[0]; gi++) {
+        const int n = G[gi][2].K ? 3 : 2;
+        char seed[32];
+        snprintf(seed, sizeof seed, "matmul_n %zu", gi);
+        uint64_t rng = seed_of(seed);
+        tweight tw[3];
+        const ls_weight *ws[3];
+        for (int i = 0; i < n; i++) {
+            make_weight(&tw[i], &G[gi][i], ROWS[i], &rng);
+            ws[i] = &tw[i].w;
+        }
+        consts_map();
+        const int64_t K = 256;
+        float *X = xmalloc(sizeof(float) * (size_t)(NR * K));
+        fill_rows(X, NR, K, &rng);
+        for (int k = 0; k < g_ndev; k++) {
+            tdev *d = &g_dev[k];
+            float *dX = dbuf(d, sizeof(float) * (size_t)(NR * K)), *dS[3], *dG[3], *hS[3], *hG[3];
+            up(d, d->be, dX, X, sizeof(float) * (size_t)(NR * K));
+            for (int i = 0; i < n; i++) {
+                dS[i] = dbuf(d, sizeof(float) * (size_t)(NR * ROWS[i]));
+                dG[i] = dbuf(d, sizeof(float) * (size_t)(NR * ROWS[i]));
+                hS[i] = xmalloc(sizeof(float) * (size_t)(NR * ROWS[i]));
+                hG[i] = xmalloc(sizeof(float) * (size_t)(NR * ROWS[i]));
+            }
+            for (int mi = 0; mi < N_MLIST; mi++) {
+                const int64_t m = M_LIST[mi];
+                for (int step = 0; step < (d->ops->step_begin ? 2 : 1); step++) {
+                    for (int i = 0; i < n; i++) d->ops->matmul(d->be, ws[i], dX, m, dS[i]);
+                    if (step) d->ops->step_begin(d->be, 0x6d6e0000 + m);
+                    ls_backend_matmul_n(d->be, n, ws, dX, m, dG);
+                    if (step) d->ops->step_end(d->be);
+                    for (int i = 0; i < n; i++) {
+                        down(d, d->be, hS[i], dS[i], sizeof(float) * (size_t)(m * ROWS[i]));
+                        down(d, d->be, hG[i], dG[i], sizeof(float) * (size_t)(m * ROWS[i]));
+                        check_rows(k, "matmul_n", "differs from its matmul call", hG[i], hS[i], m,
+                                   sizeof(float) * (size_t)ROWS[i], "%s group %zu weight %d m=%lld%s", tw[i].label, gi,
+                                   i, (long long)m, step ? " (recorded step)" : "");
+                    }
+                    count_inv(k, "matmul_n", (long)m);
+                }
+            }
+            for (int i = 0; i < n; i++) free(hS[i]), free(hG[i]);
+            check_acc(k, "matmul_n", "exact", 0.0, 0.0, "group %zu", gi);
+            snprintf(stat_of(k, "matmul_n")->note, sizeof stat_of(k, "matmul_n")->note,
+                     "%s; == one matmul call per weight, bitwise", d->ops->matmul_n ? "one pass" : "NULL: n calls");
+            bufs_release();
+        }
+        free(X);
+        for (int i = 0; i < n; i++) free(tw[i].deq);
+        consts_release();
+    }
+}
+
 /* A mapped norm vector of n around 1 (some negative, as learned norms can be), or NULL. */
 static const float *fcase_norm(bool present, int64_t n, uint64_t *rng) {
     if (!present) return NULL;
@@ -2371,6 +2441,7 @@ static const op_slot OP_SLOTS[] = {
     SLOT(fill, test_fill),
     SLOT(sync, test_sync),
     SLOT(matmul, test_matmul),
+    SLOT_OPT(matmul_n, test_matmul_n),
     SLOT(get_rows, test_get_rows),
     SLOT(rmsnorm, test_rmsnorm),
     SLOT(rope_pairs, test_rope_pairs),

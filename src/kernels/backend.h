@@ -111,6 +111,10 @@ typedef struct {
     /* ---- compute ---- */
     /* y[m][w->rows] = W x[m][w->cols] */
     void (*matmul)(ls_backend *be, const ls_weight *w, const float *x, int64_t m, float *y);
+    /* Optional (NULL: the caller makes n matmul calls): y[i] = W_i x for i < n (n <= 3, the
+     * weights share cols), the bits of n matmul calls in order; a backend may run them in
+     * one pass (q / k / v, gate / up). Use ls_backend_matmul_n. */
+    void (*matmul_n)(ls_backend *be, int n, const ls_weight *const *w, const float *x, int64_t m, float *const *y);
     /* dst[i][cols] = row ids[i] of the table, dequantized */
     void (*get_rows)(ls_backend *be, const ls_weight *table, const int32_t *ids, int64_t n, float *dst);
     /* In place, each of m rows of n: x = x / sqrt(mean(x^2) + eps) * w (w NULL: no weight;
@@ -224,6 +228,16 @@ const char *ls_device_default(void);
  * default; read when an instance is created (ls_test_control LS_TESTCTL_CUDA_GRAPHS). */
 void ls_backend_set_graphs(bool on);
 bool ls_backend_graphs(void);
+
+/* y[i] = W_i x for i < n through ops->matmul_n where the backend has it, else n matmul calls. */
+static inline void ls_backend_matmul_n(ls_backend *be, int n, const ls_weight *const *w, const float *x, int64_t m,
+                                       float *const *y) {
+    if (be->ops->matmul_n) {
+        be->ops->matmul_n(be, n, w, x, m, y);
+        return;
+    }
+    for (int i = 0; i < n; i++) be->ops->matmul(be, w[i], x, m, y[i]);
+}
 
 /* CPU backend (kernels/cpu/backend_cpu.c) and its kind. */
 ls_backend *ls_backend_cpu_create(int n_threads, int64_t max_rows, int64_t max_cols, int64_t max_keys);

@@ -125,10 +125,10 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
 
     /* the projections first, back to back on one input (a device backend may run them as one
      * launch); then per-head norm and RoPE of q and k, one fused op each (backend.h norm_rope) */
-    op->matmul(be, &l->wq, ws->xn, n, ws->q);
-    if (own_kv) {
-        op->matmul(be, &l->wk, ws->xn, n, ws->k);
-        if (!l->k_eq_v) op->matmul(be, &l->wv, ws->xn, n, ws->v);
+    {
+        const ls_weight *w[3] = {&l->wq, &l->wk, &l->wv};
+        float *y[3] = {ws->q, ws->k, ws->v};
+        ls_backend_matmul_n(be, own_kv ? (l->k_eq_v ? 2 : 3) : 1, w, ws->xn, n, y);
     }
     op->norm_rope(be, ws->q, l->q_norm, n, nh, hd, cfg->eps, l->rope_pairs, ws->positions, l->rope_base,
                   l->rope_freq_scale);
@@ -349,8 +349,11 @@ void ls_gemma_forward(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, int ns
         stage_done(be, ws, segs, nseg, off, i, LS_STAGE_ATTENTION, ws->tmp, d);
         op->add_rmsnorm(be, ws->x, ws->tmp, l->post_attn_norm, 1.0f, ws->xn, l->ffn_norm, n, d, cfg->eps);
 
-        op->matmul(be, &l->w_gate, ws->xn, n, ws->gate);
-        op->matmul(be, &l->w_up, ws->xn, n, ws->up);
+        {
+            const ls_weight *w[2] = {&l->w_gate, &l->w_up};
+            float *y[2] = {ws->gate, ws->up};
+            ls_backend_matmul_n(be, 2, w, ws->xn, n, y);
+        }
         op->gelu_mul(be, ws->gate, ws->up, (int64_t)n * l->n_ff);
         op->matmul(be, &l->w_down, ws->gate, n, ws->tmp);
         tp_reduce(ws, ws->tmp, n, d);

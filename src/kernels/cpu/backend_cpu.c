@@ -40,6 +40,24 @@ static void cpu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64
     ls_matmul(c->pool, w->type, w->data, w->rows, w->cols, x, w->cols, m, y, w->rows, c->mm_scratch);
 }
 
+/* q / k / v and gate / up: one pool round for the weights that can share it (matmul.c,
+ * ls_matmul_group: same bits as one call each); MLX weights and mixed activation layouts
+ * take one call each. */
+static void cpu_matmul_n(ls_backend *be, int n, const ls_weight *const *w, const float *x, int64_t m, float *const *y) {
+    cpu_impl *c = impl_of(be);
+    ls_mm_desc d[LS_MM_GROUP_MAX];
+    bool group = n >= 2 && n <= LS_MM_GROUP_MAX;
+    for (int i = 0; group && i < n; i++) {
+        group = w[i]->type != LS_TYPE_MLX_AFFINE && w[i]->cols == w[0]->cols;
+        d[i] = (ls_mm_desc){.type = w[i]->type, .W = w[i]->data, .N = w[i]->rows, .Y = y[i], .y_stride = w[i]->rows};
+    }
+    if (group) {
+        LS_ASSERT(ls_matmul_scratch_size(w[0]->type, w[0]->cols, m) <= c->mm_scratch_size);
+        if (ls_matmul_group(c->pool, n, d, w[0]->cols, x, w[0]->cols, m, c->mm_scratch) == 0) return;
+    }
+    for (int i = 0; i < n; i++) cpu_matmul(be, w[i], x, m, y[i]);
+}
+
 static void cpu_get_rows(ls_backend *be, const ls_weight *t, const int32_t *ids, int64_t n, float *dst) {
     (void)be;
     if (t->type == LS_TYPE_MLX_AFFINE) {
@@ -458,6 +476,7 @@ static const ls_backend_ops cpu_ops = {
     .fill = cpu_fill,
     .sync = cpu_sync,
     .matmul = cpu_matmul,
+    .matmul_n = cpu_matmul_n,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope_pairs = cpu_rope_pairs,

@@ -66,6 +66,22 @@ size_t ls_matmul_scratch_size(ls_type wt, int64_t K, int64_t M);
 void ls_matmul(ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X, int64_t x_stride,
                int64_t M, float *Y, int64_t y_stride, void *scratch);
 
+/* Several matmuls on the same activations (q / k / v, gate / up) in one pool round: Y_i =
+ * W_i X for i < n (n <= LS_MM_GROUP_MAX), the bits of n ls_matmul calls (the same kernel
+ * per output, whichever thread computes it). All weights share K and must read the same
+ * activation layout (one quantized copy of X in scratch, sized as for one matmul); returns 0,
+ * or -1 (nothing computed) when they do not. */
+enum { LS_MM_GROUP_MAX = 3 };
+typedef struct {
+    ls_type type;
+    const void *W;
+    int64_t N;
+    float *Y;
+    int64_t y_stride;
+} ls_mm_desc;
+int ls_matmul_group(ls_pool *pool, int n, const ls_mm_desc *d, int64_t K, const float *X, int64_t x_stride, int64_t M,
+                    void *scratch);
+
 /* Gather rows of a (possibly quantized) table into floats: dst[i] = dequant(table row ids[i]). */
 void ls_get_rows(ls_type t, const void *table, int64_t row_elems, const int32_t *ids, int64_t n, float *dst);
 
@@ -104,6 +120,8 @@ float ls_dot_f32_isa(ls_isa isa, const float *a, const float *b, int64_t n);
 float ls_dot_f16_f32_isa(ls_isa isa, const uint16_t *a_f16, const float *b, int64_t n);
 void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X,
                    int64_t x_stride, int64_t M, float *Y, int64_t y_stride, void *scratch);
+int ls_matmul_group_isa(ls_isa isa, ls_pool *pool, int n, const ls_mm_desc *d, int64_t K, const float *X,
+                        int64_t x_stride, int64_t M, void *scratch);
 
 /* ---- Kernel tables (internal to kernels/cpu; use ls_vec_dot_get / ls_matmul). ---- */
 /* Float dot products in the fixed 8-lane order, one per weight element type. */

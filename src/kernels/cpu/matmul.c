@@ -132,9 +132,10 @@ size_t ls_matmul_scratch_size(ls_type wt, int64_t K, int64_t M) {
     return row * (size_t)M;
 }
 
-void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X,
-                   int64_t x_stride, int64_t M, float *Y, int64_t y_stride, void *scratch) {
-    if (M <= 0 || N <= 0) return;
+/* Everything of a call but its activations: kernels, tiling, pieces. *q8v and *a_bytes: the
+ * activation layout the kernels read. */
+static void mm_setup(mm_job *j, ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, int64_t M,
+                     float *Y, int64_t y_stride, int *q8v_out, size_t *a_bytes_out) {
     const ls_type_traits *tr = ls_type_get(wt);
     LS_ASSERT(tr != NULL);
     const ls_vec_dot_fn dot = ls_vec_dot_get(wt, isa);
@@ -142,7 +143,7 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
     const size_t w_row = ls_row_size(wt, K);
     LS_ASSERT(w_row != 0); /* K is a positive multiple of the block */
 
-    mm_job j = {
+    *j = (mm_job){
         .W = W,
         .w_row = w_row,
         .N = N,
@@ -158,13 +159,13 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
     /* the AVX-512 tiles, only where the CPU runs them (ls_cpu_isa_hw) */
     const int q8v = dot == ls_vec_dot_avx2_get(wt) && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 &&
                     ls_tile_avx512_get(wt) != NULL;
-    if (q8v) j.tile = ls_tile_avx512_get(wt);
+    if (q8v) j->tile = ls_tile_avx512_get(wt);
     /* the K-quant tiles decode eight rows into a transposed buffer: worth it from about
      * six activation rows up (measured); fewer stream through the eight-row kernels,
      * which give the same bits */
     if (dot == ls_vec_dot_avx2_get(wt) && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 && M >= 6 &&
         ls_tile_kq_avx512_get(wt))
-        j.tile = ls_tile_kq_avx512_get(wt);
+        j->tile = ls_tile_kq_avx512_get(wt);
     int64_t tile = (int64_t)(MM_TILE_BYTES / w_row) / 8 * 8;
     tile = tile < 8 ? 8 : tile;
     /* pieces: about 8 per thread (balance) but at least one L1 tile (reuse); M == 1 has no
@@ -172,37 +173,83 @@ void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t
     const int nth = ls_pool_size(pool) > 0 ? ls_pool_size(pool) : 1;
     int64_t piece = ((N + 8 * nth - 1) / (8 * nth) + 7) / 8 * 8;
     if (piece < tile) piece = tile;
-    j.piece = piece;
-    j.tile_rows = M == 1 ? piece : tile;
-    atomic_init(&j.next, 0);
+    j->piece = piece;
+    j->tile_rows = M == 1 ? piece : tile;
+    atomic_init(&j->next, 0);
 
     const size_t a_bytes = tr->act_type == LS_TYPE_F32 ? (size_t)K * sizeof(float)
                            : q8v                       ? ls_act_q8v_row_size(K)
                                                        : ls_row_size(tr->act_type, K);
     const int64_t chunk = (int64_t)(MM_CHUNK_BYTES / a_bytes) / LS_GEMM8_MAX_ACT * LS_GEMM8_MAX_ACT;
-    j.m_chunk = chunk < LS_GEMM8_MAX_ACT ? LS_GEMM8_MAX_ACT : chunk;
+    j->m_chunk = chunk < LS_GEMM8_MAX_ACT ? LS_GEMM8_MAX_ACT : chunk;
+    *q8v_out = q8v;
+    *a_bytes_out = a_bytes;
+}
 
-    if (tr->act_type == LS_TYPE_F32) {
-        j.A = (const uint8_t *)X;
-        j.a_row = (size_t)x_stride * sizeof(float);
-    } else {
-        LS_ASSERT(scratch != NULL);
-        mm_quant_job q = {.X = X,
-                          .x_stride = x_stride,
-                          .M = M,
-                          .K = K,
-                          .A = scratch,
-                          .a_row = a_bytes,
-                          .act = tr->act_type,
-                          .q8v = q8v};
-        if (M * K <= MM_QUANT_INLINE_ELEMS || ls_pool_size(pool) == 1)
-            mm_quant_rows(&q, 0, M);
-        else
-            ls_pool_run(pool, mm_quant_worker, &q);
-        j.A = scratch;
-        j.a_row = q.a_row;
+/* The activations of a call: X itself for float weights, else quantized into scratch. */
+static void mm_activations(mm_job *j, ls_pool *pool, ls_type act, int q8v, size_t a_bytes, const float *X,
+                           int64_t x_stride, void *scratch) {
+    if (act == LS_TYPE_F32) {
+        j->A = (const uint8_t *)X;
+        j->a_row = (size_t)x_stride * sizeof(float);
+        return;
     }
+    LS_ASSERT(scratch != NULL);
+    mm_quant_job q = {
+        .X = X, .x_stride = x_stride, .M = j->M, .K = j->K, .A = scratch, .a_row = a_bytes, .act = act, .q8v = q8v};
+    if (j->M * j->K <= MM_QUANT_INLINE_ELEMS || ls_pool_size(pool) == 1)
+        mm_quant_rows(&q, 0, j->M);
+    else
+        ls_pool_run(pool, mm_quant_worker, &q);
+    j->A = scratch;
+    j->a_row = q.a_row;
+}
+
+void ls_matmul_isa(ls_isa isa, ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, const float *X,
+                   int64_t x_stride, int64_t M, float *Y, int64_t y_stride, void *scratch) {
+    if (M <= 0 || N <= 0) return;
+    mm_job j;
+    int q8v;
+    size_t a_bytes;
+    mm_setup(&j, isa, pool, wt, W, N, K, M, Y, y_stride, &q8v, &a_bytes);
+    mm_activations(&j, pool, ls_type_get(wt)->act_type, q8v, a_bytes, X, x_stride, scratch);
     ls_pool_run(pool, mm_worker, &j);
+}
+
+/* A group: the threads take pieces of the first weight until none is left, then of the
+ * next: no barrier between the weights, one pool round for all. */
+typedef struct {
+    mm_job *jobs;
+    int n;
+} mm_group_job;
+
+static void mm_group_worker(void *arg, int ith, int nth) {
+    mm_group_job *g = arg;
+    for (int i = 0; i < g->n; i++) mm_worker(&g->jobs[i], ith, nth);
+}
+
+int ls_matmul_group_isa(ls_isa isa, ls_pool *pool, int n, const ls_mm_desc *d, int64_t K, const float *X,
+                        int64_t x_stride, int64_t M, void *scratch) {
+    if (n < 1 || n > LS_MM_GROUP_MAX) return -1;
+    if (M <= 0) return 0;
+    mm_job jobs[LS_MM_GROUP_MAX];
+    int q8v[LS_MM_GROUP_MAX];
+    size_t a_bytes[LS_MM_GROUP_MAX];
+    for (int i = 0; i < n; i++) {
+        const ls_type_traits *tr = ls_type_get(d[i].type);
+        if (!tr || d[i].N <= 0 || ls_row_size(d[i].type, K) == 0) return -1;
+        mm_setup(&jobs[i], isa, pool, d[i].type, d[i].W, d[i].N, K, M, d[i].Y, d[i].y_stride, &q8v[i], &a_bytes[i]);
+        /* one quantized copy of X serves all only when they read the same layout */
+        if (tr->act_type != ls_type_get(d[0].type)->act_type || q8v[i] != q8v[0] || a_bytes[i] != a_bytes[0]) return -1;
+    }
+    mm_activations(&jobs[0], pool, ls_type_get(d[0].type)->act_type, q8v[0], a_bytes[0], X, x_stride, scratch);
+    for (int i = 1; i < n; i++) {
+        jobs[i].A = jobs[0].A;
+        jobs[i].a_row = jobs[0].a_row;
+    }
+    mm_group_job g = {.jobs = jobs, .n = n};
+    ls_pool_run(pool, mm_group_worker, &g);
+    return 0;
 }
 
 /* The ISA is resolved once per process (ls_cpu_isa, at its first call). */
@@ -215,4 +262,9 @@ void ls_matmul(ls_pool *pool, ls_type wt, const void *W, int64_t N, int64_t K, c
         atomic_store_explicit(&isa, v, memory_order_relaxed);
     }
     ls_matmul_isa((ls_isa)v, pool, wt, W, N, K, X, x_stride, M, Y, y_stride, scratch);
+}
+
+int ls_matmul_group(ls_pool *pool, int n, const ls_mm_desc *d, int64_t K, const float *X, int64_t x_stride, int64_t M,
+                    void *scratch) {
+    return ls_matmul_group_isa(ls_cpu_isa(), pool, n, d, K, X, x_stride, M, scratch);
 }
