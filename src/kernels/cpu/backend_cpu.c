@@ -14,6 +14,7 @@
 #include "kernels/cpu/axpy.h"
 #include "kernels/cpu/attn_group.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/expf.h"
 
 typedef struct {
     ls_pool *pool;
@@ -122,11 +123,8 @@ static void attn_one(const ls_attn_args *a, int64_t r, int32_t h, float *scores)
         scores[i] = s;
         if (s > mx) mx = s;
     }
-    float sum = 0.0f;
-    for (int32_t i = 0; i < n; i++) {
-        scores[i] = expf(scores[i] - mx);
-        sum += scores[i];
-    }
+    float sum; /* expf's bits, added in position order (expf.h) */
+    ls_softmax_exp(ls_cpu_isa(), 1, scores, 0, n, &mx, &sum);
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int32_t i = 0; i < n; i++) {
         int64_t at = base + (int64_t)i * kv_stride;
@@ -157,17 +155,14 @@ static void attn_group(const ls_attn_args *a, int64_t r, int32_t h0, int G, floa
     const float *q = a->q + (r * a->n_head + h0) * (int64_t)hd;
     int64_t kv_stride = (int64_t)a->n_kv * hd, base = (int64_t)(lo - a->first_pos) * kv_stride + (int64_t)kvh * hd;
     ls_attn_group_scores_avx2(G, (const uint16_t *)a->k + base, kv_stride, n, q, hd, a->scale, scores, s_stride);
-    float sum[LS_ATTN_GROUP];
+    float mx[LS_ATTN_GROUP], sum[LS_ATTN_GROUP];
     for (int h = 0; h < G; h++) {
-        float *s = scores + h * s_stride, mx = -INFINITY;
+        const float *s = scores + h * s_stride;
+        mx[h] = -INFINITY;
         for (int32_t i = 0; i < n; i++)
-            if (s[i] > mx) mx = s[i];
-        sum[h] = 0.0f;
-        for (int32_t i = 0; i < n; i++) {
-            s[i] = expf(s[i] - mx);
-            sum[h] += s[i];
-        }
+            if (s[i] > mx[h]) mx[h] = s[i];
     }
+    ls_softmax_exp(ls_cpu_isa(), G, scores, s_stride, n, mx, sum); /* the G sums run side by side */
     ls_attn_group_values_avx2(G, (const uint16_t *)a->v + base, kv_stride, n, scores, s_stride, hd, out);
     for (int h = 0; h < G; h++) {
         const float inv = 1.0f / sum[h];
