@@ -4,8 +4,10 @@
  *    L1 buffer holds 96) and past one activation pass (M = 260 > 256), for Q4_0, Q5_0, Q8_0,
  *    and the K-quant tiles (tile_kq_avx512.c) likewise for Q4_K, Q5_K, Q6_K, against the
  *    scalar single-row kernel;
- *  - grouped-head attention (attn_group_avx2.c), G = 1..4 heads over one f16 KV head, head
- *    dims 16..512 and up to 600 keys, against ls_dot_f16_f32 / ls_axpy_f16 per head.
+ *  - grouped attention (attn_group_avx2.c), E = 1..8 queries over one f16 KV head, each with
+ *    all keys or its own range (moving windows, short and empty rows), head dims 16..512 and
+ *    up to 1500 keys (past one L1 chunk of value rows), against ls_dot_f16_f32 / ls_axpy_f16
+ *    per query.
  * Skipped (77) on a CPU without the ISA. */
 #include <math.h>
 #include <setjmp.h>
@@ -69,42 +71,67 @@ static void test_kquant_tiles_large(void **state) {
     for (int ti = 0; ti < 3; ti++) check_tiles(types[ti], 1280, 13, 260, 91 + (uint64_t)ti);
 }
 
+/* Query e's key range for test_attention_groups: all n keys, or (ranges) a window that
+ * moves with e like the rows of a verify block, sometimes empty. */
+static void group_range(int ranges, int e, int32_t n, int32_t *lo, int32_t *hi) {
+    *lo = 0, *hi = n;
+    if (!ranges) return;
+    *lo = e / 2 < n ? e / 2 : n;                                /* sliding window start */
+    *hi = n - (7 - e) > *lo ? n - (7 - e) : *lo + (e % 3 == 0); /* causal end; short rows */
+    if (*hi > n) *hi = n;
+    if (e == 5) *hi = *lo; /* a row that sees nothing */
+}
+
 static void test_attention_groups(void **state) {
     (void)state;
     if (ls_cpu_isa_hw() < LS_ISA_AVX2) skip();
     uint64_t rng = 5;
-    const int32_t hds[4] = {16, 64, 256, 512}, ns[4] = {1, 7, 129, 600};
-    for (int hi = 0; hi < 4; hi++)
-        for (int ni = 0; ni < 4; ni++)
-            for (int G = 1; G <= LS_ATTN_GROUP; G++) {
-                const int32_t hd = hds[hi], n = ns[ni];
-                const int64_t kv_stride = 3 * (int64_t)hd; /* the head sits inside wider KV rows */
-                uint16_t *k = malloc(sizeof(uint16_t) * kv_stride * n), *v = malloc(sizeof(uint16_t) * kv_stride * n);
-                float *q = malloc(sizeof(float) * G * hd), *s = malloc(sizeof(float) * G * n);
-                float *out = malloc(sizeof(float) * G * hd), *ref = malloc(sizeof(float) * hd);
-                assert_true(k && v && q && s && out && ref);
-                for (int64_t i = 0; i < kv_stride * n; i++) {
-                    k[i] = ls_f32_to_f16(rng_normal(&rng, 1.0f));
-                    v[i] = ls_f32_to_f16(rng_normal(&rng, 1.0f));
-                }
-                for (int64_t i = 0; i < (int64_t)G * hd; i++) q[i] = rng_normal(&rng, 1.0f);
-                for (int64_t i = 0; i < (int64_t)G * n; i++) s[i] = rng_uniform(&rng);
-                const float scale = 0.0625f;
-                float *sc = malloc(sizeof(float) * G * n);
-                assert_non_null(sc);
-                ls_attn_group_scores_avx2(G, k + hd, kv_stride, n, q, hd, scale, sc, n);
-                ls_attn_group_values_avx2(G, v + hd, kv_stride, n, s, n, hd, out);
-                for (int h = 0; h < G; h++) {
-                    for (int32_t i = 0; i < n; i++) {
-                        const float r = ls_dot_f16_f32(k + hd + i * kv_stride, q + h * hd, hd) * scale;
-                        assert_memory_equal(&r, &sc[h * n + i], sizeof r);
+    const int32_t hds[4] = {16, 64, 256, 512}, ns[5] = {1, 7, 129, 600, 1500};
+    for (int hi_ = 0; hi_ < 4; hi_++)
+        for (int ni = 0; ni < 5; ni++)
+            for (int E = 1; E <= LS_ATTN_ENT; E++)
+                for (int ranges = 0; ranges < 2; ranges++) {
+                    const int32_t hd = hds[hi_], n = ns[ni];
+                    const int64_t kv_stride = 3 * (int64_t)hd; /* the head sits inside wider KV rows */
+                    uint16_t *k = malloc(sizeof(uint16_t) * kv_stride * n),
+                             *v = malloc(sizeof(uint16_t) * kv_stride * n);
+                    float *q = malloc(sizeof(float) * E * 2 * hd), *s = malloc(sizeof(float) * E * n);
+                    float *out = malloc(sizeof(float) * E * hd), *ref = malloc(sizeof(float) * hd);
+                    float *sc = malloc(sizeof(float) * E * n);
+                    assert_true(k && v && q && s && out && ref && sc);
+                    for (int64_t i = 0; i < kv_stride * n; i++) {
+                        k[i] = ls_f32_to_f16(rng_normal(&rng, 1.0f));
+                        v[i] = ls_f32_to_f16(rng_normal(&rng, 1.0f));
                     }
-                    memset(ref, 0, sizeof(float) * hd);
-                    for (int32_t i = 0; i < n; i++) ls_axpy_f16(ref, s[h * n + i], v + hd + i * kv_stride, hd);
-                    assert_memory_equal(ref, out + h * hd, sizeof(float) * hd);
+                    for (int64_t i = 0; i < (int64_t)E * 2 * hd; i++) q[i] = rng_normal(&rng, 1.0f);
+                    for (int64_t i = 0; i < (int64_t)E * n; i++) s[i] = rng_uniform(&rng);
+                    const float *qs[LS_ATTN_ENT];
+                    float *outs[LS_ATTN_ENT];
+                    int32_t lo[LS_ATTN_ENT], hi[LS_ATTN_ENT];
+                    for (int e = 0; e < E; e++) {
+                        qs[e] = q + (int64_t)(E - 1 - e) * 2 * hd; /* queries anywhere, any order */
+                        outs[e] = out + (int64_t)e * hd;
+                        group_range(ranges, e, n, &lo[e], &hi[e]);
+                        for (int32_t i = 0; i < n; i++) /* p outside the range is never read */
+                            if (i < lo[e] || i >= hi[e]) s[e * n + i] = NAN;
+                    }
+                    const float scale = 0.0625f;
+                    ls_attn_group_scores_avx2(E, k + hd, kv_stride, n, qs, hd, scale, sc, n);
+                    ls_attn_group_values_avx2(E, v + hd, kv_stride, lo, hi, s, n, hd, outs);
+                    for (int e = 0; e < E; e++) {
+                        for (int32_t i = 0; i < n; i++) {
+                            const float r = ls_dot_f16_f32(k + hd + i * kv_stride, qs[e], hd) * scale;
+                            assert_memory_equal(&r, &sc[e * n + i], sizeof r);
+                        }
+                        memset(ref, 0, sizeof(float) * hd);
+                        for (int32_t i = lo[e]; i < hi[e]; i++)
+                            ls_axpy_f16(ref, s[e * n + i], v + hd + i * kv_stride, hd);
+                        if (memcmp(ref, outs[e], sizeof(float) * hd) != 0)
+                            fail_msg("values differ: hd %d n %d E %d ranges %d query %d [%d, %d)", hd, n, E, ranges, e,
+                                     lo[e], hi[e]);
+                    }
+                    free(k), free(v), free(q), free(s), free(out), free(ref), free(sc);
                 }
-                free(k), free(v), free(q), free(s), free(out), free(ref), free(sc);
-            }
 }
 
 /* The AVX2 activation quantizers give the scalar ones' bytes: random rows at several scales,

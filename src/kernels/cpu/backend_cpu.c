@@ -14,12 +14,13 @@
 #include "kernels/cpu/axpy.h"
 #include "kernels/cpu/attn_group.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/expf.h"
 
 typedef struct {
     ls_pool *pool;
     void *mm_scratch; /* quantized activations for one matmul */
     size_t mm_scratch_size;
-    float *scores; /* [n_threads][max_keys] attention scores */
+    float *scores; /* [n_threads][LS_ATTN_ENT][max_keys] attention scores */
     int64_t max_keys;
 } cpu_impl;
 
@@ -114,6 +115,8 @@ static void cpu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads,
 typedef struct {
     const ls_attn_args *a;
     cpu_impl *c;
+    bool grouped; /* f16 cache on AVX2: ls_attn_block items of `plan` */
+    ls_attn_plan plan;
 } attn_job;
 
 /* One (query row, head): exact two-pass softmax over the visible keys in position order. */
@@ -140,11 +143,8 @@ static void attn_one(const ls_attn_args *a, int64_t r, int32_t h, float *scores)
         scores[i] = s;
         if (s > mx) mx = s;
     }
-    float sum = 0.0f;
-    for (int32_t i = 0; i < n; i++) {
-        scores[i] = expf(scores[i] - mx);
-        sum += scores[i];
-    }
+    float sum; /* expf's bits, added in position order (expf.h) */
+    ls_softmax_exp(ls_cpu_isa(), 1, scores, 0, n, &mx, &sum);
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int32_t i = 0; i < n; i++) {
         int64_t at = base + (int64_t)i * kv_stride;
@@ -159,60 +159,14 @@ static void attn_one(const ls_attn_args *a, int64_t r, int32_t h, float *scores)
     for (int32_t d = 0; d < hd; d++) out[d] *= inv;
 }
 
-/* Heads h0 .. h0 + G - 1 of row r, which share one f16 KV head, at once (attn_group.h):
- * the same bits per head as attn_one. */
-static void attn_group(const ls_attn_args *a, int64_t r, int32_t h0, int G, float *scores, int64_t s_stride) {
-    int32_t hd = a->hd, kvh = h0 / (a->n_head / a->n_kv);
-    int32_t p = a->q_pos[r] - (a->strictly_before ? 1 : 0), lo = 0;
-    if (a->window > 0 && a->q_pos[r] - a->window + 1 > lo) lo = a->q_pos[r] - a->window + 1;
-    float *out = a->out + (r * a->n_head + h0) * (int64_t)hd;
-    int32_t n = p - lo + 1;
-    if (n <= 0) {
-        memset(out, 0, sizeof(float) * (size_t)hd * (size_t)G);
-        return;
-    }
-    LS_ASSERT(lo >= a->first_pos && p - a->first_pos < a->n_slots);
-    const float *q = a->q + (r * a->n_head + h0) * (int64_t)hd;
-    int64_t kv_stride = (int64_t)a->n_kv * hd, base = (int64_t)(lo - a->first_pos) * kv_stride + (int64_t)kvh * hd;
-    ls_attn_group_scores_avx2(G, (const uint16_t *)a->k + base, kv_stride, n, q, hd, a->scale, scores, s_stride);
-    float sum[LS_ATTN_GROUP];
-    for (int h = 0; h < G; h++) {
-        float *s = scores + h * s_stride, mx = -INFINITY;
-        for (int32_t i = 0; i < n; i++)
-            if (s[i] > mx) mx = s[i];
-        sum[h] = 0.0f;
-        for (int32_t i = 0; i < n; i++) {
-            s[i] = expf(s[i] - mx);
-            sum[h] += s[i];
-        }
-    }
-    ls_attn_group_values_avx2(G, (const uint16_t *)a->v + base, kv_stride, n, scores, s_stride, hd, out);
-    for (int h = 0; h < G; h++) {
-        const float inv = 1.0f / sum[h];
-        for (int32_t d = 0; d < hd; d++) out[h * hd + d] *= inv;
-    }
-}
-
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const ls_attn_args *a = j->a;
-    float *scores = j->c->scores + (int64_t)ith * j->c->max_keys * LS_ATTN_GROUP;
-    const int32_t group = a->n_head / a->n_kv;
-    if (!a->kv_f32 && a->hd % 16 == 0 && ls_cpu_isa() >= LS_ISA_AVX2) {
-        /* (row, run of up to R heads of one KV head), dealt round-robin; R shrinks until
-         * every thread has about four items (a decode step has one row: one run of four heads
-         * would leave the other threads idle; five rows on two threads split 3 / 2). R never
-         * changes a head's bits. */
-        int32_t R = LS_ATTN_GROUP;
-        while (R > 1 && a->m * a->n_kv * ((group + R - 1) / R) < 4 * (int64_t)nth) R = (R + 1) / 2;
-        const int32_t runs = (group + R - 1) / R;
-        for (long t = ith; t < (long)(a->m * a->n_kv * runs); t += nth) {
-            const int64_t r = t / (a->n_kv * runs);
-            const int32_t kvh = (int32_t)(t / runs % a->n_kv), run = (int32_t)(t % runs);
-            const int32_t h0 = kvh * group + run * R;
-            const int G = group - run * R < R ? group - run * R : R;
-            attn_group(a, r, h0, G, scores, j->c->max_keys);
-        }
+    float *scores = j->c->scores + (int64_t)ith * j->c->max_keys * LS_ATTN_ENT;
+    if (j->grouped) {
+        /* blocks of rows x heads sharing a KV head (attn_block.c), dealt round-robin */
+        for (long t = ith; t < ls_attn_plan_items(a, &j->plan); t += nth)
+            ls_attn_block(a, &j->plan, t, scores, j->c->max_keys);
         return;
     }
     /* (row, head) pairs dealt round-robin: under a causal mask later rows see more keys, so
@@ -222,7 +176,9 @@ static void attn_worker(void *arg, int ith, int nth) {
 }
 
 static void cpu_attention(ls_backend *be, const ls_attn_args *a) {
-    attn_job j = {a, impl_of(be)};
+    attn_job j = {a, impl_of(be), false, {1, 1}};
+    j.grouped = !a->kv_f32 && a->hd % 16 == 0 && ls_cpu_isa() >= LS_ISA_AVX2;
+    if (j.grouped) ls_attn_plan_make(a, ls_pool_size(impl_of(be)->pool), &j.plan);
     ls_pool_run(impl_of(be)->pool, attn_worker, &j);
 }
 
@@ -518,7 +474,7 @@ ls_backend *ls_backend_cpu_create(int n_threads, int64_t max_rows, int64_t max_c
     c->mm_scratch_size = need;
     c->mm_scratch = aligned_alloc(64, (need + 63) / 64 * 64);
     c->max_keys = max_keys;
-    c->scores = malloc(sizeof(float) * (size_t)max_keys * (size_t)n_threads * LS_ATTN_GROUP);
+    c->scores = malloc(sizeof(float) * (size_t)max_keys * (size_t)n_threads * LS_ATTN_ENT);
     if (!c->mm_scratch || !c->scores) goto fail;
     return be;
 fail:
