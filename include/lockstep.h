@@ -403,7 +403,15 @@ enum {
      * "isa=avx2 cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off"
      * (naming the ISA makes the choice: set LS_TESTCTL_ISA before). */
     LS_TESTCTL_DESCRIBE = 7,
+    /* (unsigned off): CUDA backend instances created from now on leave off the decode-step
+     * launch merging of docs/cuda.md 2b named by the bits set (for A/B measurements; the bytes
+     * are the same either way): LS_CUDA_OFF_MERGE (fused quantization, grouped matmuls,
+     * norm_rope pairs), LS_CUDA_OFF_PDL (programmatic dependent launch), LS_CUDA_OFF_ATTN_FINISH
+     * (one-chunk attention finished without the combine kernel), LS_CUDA_OFF_ATTN_SPLIT (one
+     * query vector a block for small attention calls). 0, the default: all on. */
+    LS_TESTCTL_CUDA_OFF = 8,
 };
+enum { LS_CUDA_OFF_MERGE = 1, LS_CUDA_OFF_PDL = 2, LS_CUDA_OFF_ATTN_FINISH = 4, LS_CUDA_OFF_ATTN_SPLIT = 8 };
 int ls_test_control(int op, ...);
 
 /* ---- misc ----------------------------------------------------------------------- */

@@ -228,6 +228,10 @@ const char *ls_device_default(void);
  * default; read when an instance is created (ls_test_control LS_TESTCTL_CUDA_GRAPHS). */
 void ls_backend_set_graphs(bool on);
 bool ls_backend_graphs(void);
+/* The LS_CUDA_OFF_* bits (lockstep.h, LS_TESTCTL_CUDA_OFF): which launch-merging steps
+ * CUDA backend instances created from now on leave off; 0 by default. */
+void ls_backend_set_cuda_off(unsigned bits);
+unsigned ls_backend_cuda_off(void);
 
 /* y[i] = W_i x for i < n through ops->matmul_n where the backend has it, else n matmul calls. */
 static inline void ls_backend_matmul_n(ls_backend *be, int n, const ls_weight *const *w, const float *x, int64_t m,

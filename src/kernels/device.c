@@ -15,6 +15,16 @@ bool ls_backend_graphs(void) {
     return atomic_load(&g_graphs);
 }
 
+static atomic_uint g_cuda_off = 0;
+
+void ls_backend_set_cuda_off(unsigned bits) {
+    atomic_store(&g_cuda_off, bits);
+}
+
+unsigned ls_backend_cuda_off(void) {
+    return atomic_load(&g_cuda_off);
+}
+
 const ls_device_kind *ls_device_kind_find(const char *name) {
     if (!name || strcmp(name, "cpu") == 0) return &ls_device_cpu;
 #ifdef LS_HAVE_CUDA

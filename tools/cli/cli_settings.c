@@ -45,6 +45,11 @@ static bool settings_from_env(void) {
     const char *isa = getenv("LOCKSTEP_ISA");
     if (isa && (!strcmp(isa, "scalar") || !strcmp(isa, "avx2"))) cli_cfg.isa = isa;
     if (env_off("LOCKSTEP_CUDA_GRAPHS")) cli_cfg.cuda_graphs = false;
+    /* the CUDA decode-step launch merging, piece by piece (docs/cuda.md 2b; A/B runs) */
+    if (env_off("LOCKSTEP_CUDA_MERGE")) cli_cfg.cuda_off |= LS_CUDA_OFF_MERGE;
+    if (env_off("LOCKSTEP_CUDA_PDL")) cli_cfg.cuda_off |= LS_CUDA_OFF_PDL;
+    if (env_off("LOCKSTEP_CUDA_ATTN_FINISH")) cli_cfg.cuda_off |= LS_CUDA_OFF_ATTN_FINISH;
+    if (env_off("LOCKSTEP_CUDA_ATTN_SPLIT")) cli_cfg.cuda_off |= LS_CUDA_OFF_ATTN_SPLIT;
     if (env_off("LOCKSTEP_PROBE_CACHE")) cli_cfg.probe_cache = false;
     cli_cfg.probe_trace = env_on("LOCKSTEP_PROBE_TRACE");
     const char *fault = getenv("LOCKSTEP_TEST_FAULT");
@@ -77,6 +82,7 @@ int cli_settings_init(int *argc, char **argv) {
         return -1;
     }
     ls_test_control(LS_TESTCTL_CUDA_GRAPHS, (int)cli_cfg.cuda_graphs);
+    ls_test_control(LS_TESTCTL_CUDA_OFF, cli_cfg.cuda_off);
     if (ls_test_control(LS_TESTCTL_PROBE_MEMO_DIR, cli_cfg.probe_cache ? cli_cfg.probe_cache_dir : NULL) != LS_OK) {
         fprintf(stderr, "lockstep: probe cache folder '%s' is too long\n", cli_cfg.probe_cache_dir);
         return -1;

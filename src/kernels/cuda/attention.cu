@@ -555,19 +555,22 @@ template <typename KT> part_fn part_kernel(int E, int qn) {
     return qn == 1 ? part_kernel_q<KT, 1>(E) : qn <= QR_SMALL ? part_kernel_q<KT, QR_SMALL>(E) : part_kernel_q<KT, QMAX>(E);
 }
 
-/* Calls with at most this many query vectors (a decode step: one row's heads) take one
+/* Calls with at most kSplitMax query vectors (a decode step: one row's heads) take one
  * vector a block: the group's heads spread over several SMs instead of queueing in one
  * block, and the one-vector body is the smallest. Same bits (see k_attn_part).
- * LOCKSTEP_CUDA_ATTN_SPLIT overrides it (A/B runs; 0 turns it off). */
-int g_split_max = 8;
-/* Params::final_out allowed (LOCKSTEP_CUDA_ATTN_FINISH=0: always the combine kernel; A/B). */
-bool g_finish = true;
+ * ls_cuda_attention_set_switches turns it and the one-chunk finish off (A/B runs). */
+constexpr int kSplitMax = 8;
+int g_split_max = kSplitMax;
+bool g_finish = true; /* Params::final_out allowed */
 
 } // namespace
 
+void ls_cuda_attention_set_switches(bool finish, bool split) {
+    g_finish = finish;
+    g_split_max = split ? kSplitMax : 0;
+}
+
 void ls_cuda_attention_init(void) {
-    if (const char *e = getenv("LOCKSTEP_CUDA_ATTN_SPLIT")) g_split_max = atoi(e);
-    if (const char *e = getenv("LOCKSTEP_CUDA_ATTN_FINISH")) g_finish = atoi(e) != 0;
     for (int E = 1; E <= 16; E++) {
         const int bytes = (int)part_smem_bytes(32 * E, qr_for(E));
         for (int qn : {1, QR_SMALL, qr_for(E)}) {

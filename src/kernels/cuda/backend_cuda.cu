@@ -60,6 +60,7 @@ extern "C" {
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_matmul.h"
+#include "lockstep.h"
 #include "kernels/cuda/cuda_ops.h"
 
 /* ---- errors -------------------------------------------------------------------------- */
@@ -81,6 +82,11 @@ void ls_cuda_fatal(const char *file, int line, const char *fmt, ...) {
     ls_log(LS_LOG_ERROR, "cuda: %s (%s:%d)", msg, file, line);
     if (ls_log_get_level() > LS_LOG_ERROR) fprintf(stderr, "cuda: %s (%s:%d)\n", msg, file, line);
     abort();
+}
+
+/* pdl.cuh: programmatic dependent launch on (set from LS_CUDA_OFF_PDL at backend creation) */
+extern "C" {
+int ls_cuda_pdl_on = 1;
 }
 
 void ls_cuda_check(cudaError_t e, const char *expr, const char *file, int line) {
@@ -368,7 +374,7 @@ struct CudaBackend {
         const int32_t *pos;
         float theta, fs;
     } nrope;
-    bool merge;   /* the launch merging above; LOCKSTEP_CUDA_MERGE=0 turns it off (A/B runs) */
+    bool merge;   /* the launch merging above; LS_CUDA_OFF_MERGE turns it off (A/B runs) */
     bool graphs;  /* ls_backend_graphs() at creation */
     bool in_step; /* between step_begin and step_end */
     int64_t step_key;
@@ -641,7 +647,7 @@ void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, fl
         c->grp_seq = c->op_seq;
         return;
     }
-    auto grp = std::make_shared<CudaBackend::MmGroup>();
+    std::shared_ptr<CudaBackend::MmGroup> grp(new CudaBackend::MmGroup());
     grp->d[0] = d;
     grp->y[0] = y;
     grp->n = 1;
@@ -709,7 +715,7 @@ void cu_attention(ls_backend *be, const ls_attn_args *a) {
     float *scratch = c->attn_scratch;
     const size_t sbytes = c->attn_bytes;
     const bool rec = c->recording;
-    auto q = std::make_shared<int>(-1); /* set by a matmul of the output recorded next (cu_matmul) */
+    std::shared_ptr<int> q(new int(-1)); /* set by a matmul of the output recorded next (cu_matmul) */
     run_op(c, h, [c, args, sl, scratch, sbytes, rec, q] {
         if (!rec) upload_slot(sl);
         ls_cuda_attention(g_stream, &args, (const int32_t *)sl.dev, scratch, sbytes, c->mm_scratch, *q);
@@ -720,7 +726,7 @@ void cu_attention(ls_backend *be, const ls_attn_args *a) {
 void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
     const uint64_t h = mix_v(mix_v(mix_v(0x67656c75ull, gate), up), n); /* "gelu" */
     CudaBackend *c = impl_of(be);
-    auto q = std::make_shared<int>(-1); /* set by a matmul of gate recorded next (cu_matmul) */
+    std::shared_ptr<int> q(new int(-1)); /* set by a matmul of gate recorded next (cu_matmul) */
     run_op(c, h, [c, q, gate, up, n] {
         if (*q >= 0)
             ls_cuda_gelu_mul_q(g_stream, gate, up, n, c->mm_scratch, *q);
@@ -789,7 +795,7 @@ void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, flo
     uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x61726d73ull, x), t), dpost), s), xn); /* "arms" */
     h = mix_v(mix_v(mix_v(mix_v(h, dpre), m), n), eps);
     CudaBackend *c = impl_of(be);
-    auto q = std::make_shared<int>(-1); /* set by a matmul of xn recorded next (cu_matmul) */
+    std::shared_ptr<int> q(new int(-1)); /* set by a matmul of xn recorded next (cu_matmul) */
     run_op(c, h, [=] {
         if (*q >= 0)
             ls_cuda_add_rmsnorm_q(g_stream, x, t, dpost, s, xn, dpre, m, n, eps, c->mm_scratch, *q);
@@ -818,7 +824,7 @@ void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n
         nr.seq = c->op_seq; /* a kv_store2 of these k heads may join next */
         return;
     }
-    auto g = std::make_shared<CudaBackend::RopePair>();
+    std::shared_ptr<CudaBackend::RopePair> g(new CudaBackend::RopePair());
     run_op(c, h, [=] {
         if (g->n == 2)
             ls_cuda_norm_rope2(g_stream, x, dw, n_heads, g->x2, g->w2, g->nh2, m, hd, eps, n_pairs, pos, theta_base,
@@ -1017,8 +1023,10 @@ ls_backend *cu_create(const ls_backend_params *p) {
     c->base.impl = c;
     c->graphs = ls_backend_graphs();
     {
-        const char *e = getenv("LOCKSTEP_CUDA_MERGE");
-        c->merge = !(e && strcmp(e, "0") == 0);
+        const unsigned off = ls_backend_cuda_off();
+        c->merge = !(off & LS_CUDA_OFF_MERGE);
+        ls_cuda_pdl_on = !(off & LS_CUDA_OFF_PDL);
+        ls_cuda_attention_set_switches(!(off & LS_CUDA_OFF_ATTN_FINISH), !(off & LS_CUDA_OFF_ATTN_SPLIT));
     }
 
     QueueLock q;

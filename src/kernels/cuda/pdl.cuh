@@ -9,26 +9,20 @@
  * nothing is read or written before the predecessors are done: the results, and the bits,
  * are those of ordinary launches. The rule: a kernel launched through ls::pdl::launch must
  * begin with enter() (a kernel that begins with enter() may also be launched normally:
- * the wait is then a no-op). LOCKSTEP_CUDA_PDL=0 launches everything normally (A/B runs). */
+ * the wait is then a no-op). ls_cuda_pdl_on 0 (LS_CUDA_OFF_PDL, set by the backend at
+ * creation) launches normally (A/B runs). */
 #ifndef LS_KERNELS_CUDA_PDL_CUH
 #define LS_KERNELS_CUDA_PDL_CUH
-
-#include <stdlib.h>
-#include <string.h>
 
 #include <utility>
 
 #include <cuda_runtime.h>
 
-namespace ls::pdl {
+/* backend_cuda.cu: nonzero (the default) launches with the attribute */
+extern "C" int ls_cuda_pdl_on;
 
-inline bool enabled() {
-    static const bool on = [] {
-        const char *e = getenv("LOCKSTEP_CUDA_PDL");
-        return !(e && strcmp(e, "0") == 0);
-    }();
-    return on;
-}
+namespace ls::pdl {
+namespace { /* internal linkage: each kernel file has its own copies, no exported symbol */
 
 __device__ __forceinline__ void enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -49,10 +43,11 @@ cudaError_t launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t smem, cud
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = enabled() ? 1 : 0;
+    cfg.numAttrs = ls_cuda_pdl_on ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
+} // namespace
 } // namespace ls::pdl
 
 #endif
