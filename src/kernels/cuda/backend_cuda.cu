@@ -336,7 +336,7 @@ struct CudaBackend {
     } mm_last;
     /* Launch merging while a step is recorded (cu_matmul; same bits, fewer launches):
      * fuse: the last op that can quantize its own output for the integer matmul that reads
-     * it next (add_rmsnorm with xn, gelu_mul), with the cell its recorded launch reads at
+     * it next (add_rmsnorm with xn, gelu_mul, attention), with the cell its recorded launch reads at
      * replay time (-1: plain; else the activation layout to write into mm_scratch);
      * grp: the last recorded integer matmul, which consecutive matmuls on the same input
      * join (one grouped launch). Both are valid while seq == op_seq (nothing came after). */
