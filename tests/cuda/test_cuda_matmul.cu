@@ -24,7 +24,7 @@
  *      op then the matmul, outputs and residual bit for bit, for both activation layouts.
  * Some cases put the weights at a 2- or 4-byte offset to run the unaligned load path.
  *
- * --bench: M = 1, 4, 16, 512 on 21504x5376 and 5376x21504 (rows x cols) Q4_K, Q6_K, Q8_0 and
+ * --bench: M = 1, 2, 4, 5, 8, 16, 64, 512 (LS_BENCH_POLICY: the kernel policies to run, e.g. "13") on 21504x5376 and 5376x21504 (rows x cols) Q4_K, Q6_K, Q8_0 and
  * MLX 4/8-bit (bf16 scales, group 64), several weight copies rotated so L2 does not hold
  * them; prints weight GB/s (and a device-to-device copy for the ceiling).
  */
@@ -298,6 +298,22 @@ bool test_case(const Case &c, bool quick) {
             if (!run_mm(W, dx, M, dy, y, "mma")) ok = false;
             else cmp_rows(y, M, 0, "tensor-core tiles");
         }
+        /* the small-M tensor-core kernel (mmq_mma.cu small_launch) for every call */
+        ls_cuda_mmq_policy(3);
+        for (int64_t M : {1, 2, 3, 5, 8, 9, 17}) {
+            if (!ok || M > MX) break;
+            std::vector<float> y;
+            if (!run_mm(W, dx, M, dy, y, "small")) ok = false;
+            else cmp_rows(y, M, 0, "small-M tensor-core kernel");
+        }
+        /* and the dp4a kernel for every call (the default sends M <= 8 to the small one) */
+        ls_cuda_mmq_policy(1);
+        for (int64_t M : {1, 4, 5, 8}) {
+            if (!ok || M > MX) break;
+            std::vector<float> y;
+            if (!run_mm(W, dx, M, dy, y, "dp4a")) ok = false;
+            else cmp_rows(y, M, 0, "dp4a kernel");
+        }
         ls_cuda_mmq_policy(0);
     }
     if (ok) { /* other tile slots: rows 3.. as a call of 33; unaligned activations: rows 1..5 */
@@ -408,7 +424,12 @@ bool test_group(const char *label, ls_type t, int bits) {
         make_weight(c, W[i]);
     }
     bool ok = true;
-    for (int64_t M : {1, 2, 3, 4, 5, 8}) {
+    /* policy 0: the shape picks the dp4a or the small-M tensor-core kernel; 1: the dp4a
+     * kernel at every M; 3: the small-M kernel at every M */
+    for (int pol : {0, 1, 3})
+    for (int64_t M : {1, 2, 3, 4, 5, 8, 12}) {
+        if (!ok) break;
+        ls_cuda_mmq_policy(pol);
         std::vector<float> X((size_t)M * K);
         for (auto &v : X) v = frand();
         float *dx = up(X), *ys[3], *yg[3];
@@ -436,8 +457,9 @@ bool test_group(const char *label, ls_type t, int bits) {
         cudaFree(dx);
         for (int i = 0; i < 3; i++) cudaFree(ys[i]), cudaFree(yg[i]);
     }
+    ls_cuda_mmq_policy(0);
     for (auto &w : W) free_weight(w);
-    printf("%s grouped matmul %-8s == separate launches, M 1..8\n", ok ? "PASS" : "FAIL", label);
+    printf("%s grouped matmul %-8s == separate launches, M 1..12, both small-M kernels\n", ok ? "PASS" : "FAIL", label);
     return ok;
 }
 
@@ -542,9 +564,16 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     printf("%-10s %6lldx%-6lld %7.1f MB:", label, (long long)N, (long long)K, (wbytes + 2 * sbbytes) / 1e6);
-    for (int64_t M : {1, 2, 4, 8, 16, 64, 512}) {
+    const char *pols = getenv("LS_BENCH_POLICY"); /* e.g. "13": the dp4a then the small-M kernel */
+    if (!pols) pols = "0";
+    for (const char *pp = pols; *pp; pp++)
+    for (int64_t M : {1, 2, 4, 5, 8, 16, 64, 512}) {
         const char *onlym = getenv("LS_BENCH_M");
         if (onlym && atoll(onlym) != M) continue;
+        if (M == 1 && pp != pols) printf("\n  %-27s", "");
+        if (M == 1) printf(" p%c", *pp);
+        ls_cuda_mmq_policy(*pp - '0');
+        if (*pp == '3' && M > 8) continue;
         const int iters = M >= 64 ? 6 : 60;
         for (int i = 0; i < NC; i++)
             if (ls_cuda_matmul(0, &ws[i], dx, M, dy, scratch(), scratch_bytes()) != 0) {
@@ -563,6 +592,7 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
         else
             printf("  M=%lld %6.1f us %5.0f GB/s", (long long)M, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
     }
+    ls_cuda_mmq_policy(0);
     printf("\n");
     CK(cudaGetLastError());
     for (void *p : bufs) cudaFree(p);

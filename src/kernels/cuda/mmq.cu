@@ -532,8 +532,9 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
 
 /* ---- host side ---- */
 
-/* ls_cuda_mmq_policy: 0 = use_mma decides, 1 = dp4a only, 2 = tensor-core tiles for every
- * call (tests compare the two kernels on small matrices with it). */
+/* ls_cuda_mmq_policy: 0 = the shape decides (use_mma, use_small), 1 = dp4a only, 2 =
+ * tensor-core tiles for every call, 3 = the small-M kernel for every call (tests compare
+ * the kernels on small matrices with it; benchmarks A/B them). */
 std::atomic<int> g_policy{0};
 
 size_t rows_bytes(int64_t rows, int64_t K) {
@@ -569,6 +570,11 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
             if (ls::mmq::mma_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0) return -1;
             continue;
         }
+        if (pol == 3 || (pol == 0 && ls::mmq::use_small(key, mr, c.N))) {
+            float *yr = y + r0 * c.N;
+            if (ls::mmq::small_launch(st, &c, &yr, 1, key, xq, xm, mr) != 0) return -1;
+            continue;
+        }
         const int rt = mr == 1 ? 1 : mr == 2 ? 2 : mr <= 4 ? 4 : R;
         const dim3 grid((unsigned)((mr + rt - 1) / rt), (unsigned)nb);
         float *yr = y + r0 * c.N;
@@ -586,7 +592,7 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
 /* The grouped launch of ls_cuda_mmq_group: every weight already checked to share T, K and
  * the dp4a path for M rows in one pass. */
 template <class T>
-int launch_group(cudaStream_t st, Group g, const float *x, int64_t M, void *scratch, bool act_ready) {
+int launch_group(cudaStream_t st, int key, Group g, const float *x, int64_t M, void *scratch, bool act_ready) {
     int64_t nb = 0;
     for (int i = 0; i < g.n; i++) {
         Ctx &c = g.c[i];
@@ -606,6 +612,11 @@ int launch_group(cudaStream_t st, Group g, const float *x, int64_t M, void *scra
             ls::pdl::launch(quant_x_kernel<T::IL, true>, (unsigned)qblocks, 256, 0, st, x, K, quads, xq, xm);
         else
             ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x, K, quads, xq, xm);
+    }
+    const int pol = g_policy.load(std::memory_order_relaxed);
+    if (pol == 3 || (pol == 0 && ls::mmq::use_small(key, M, g.c[0].N))) {
+        /* use_small holds for every weight of the group (ls_cuda_mmq_groupable) */
+        return ls::mmq::small_launch(st, g.c, g.y, g.n, key, xq, xm, M);
     }
     const int rt = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : R;
     const dim3 grid((unsigned)((M + rt - 1) / rt), (unsigned)nb);
@@ -641,7 +652,7 @@ extern "C" int ls_cuda_mmq_key(const ls_weight *w) {
 }
 
 extern "C" int ls_cuda_mmq_policy(int policy) {
-    if (policy < 0 || policy > 2) return -1;
+    if (policy < 0 || policy > 3) return -1;
     return g_policy.exchange(policy);
 }
 
@@ -693,7 +704,9 @@ extern "C" int ls_cuda_mmq_groupable(const ls_weight *a, const ls_weight *b, int
     const int key = ls_cuda_mmq_key(a);
     if (key < 0 || ls_cuda_mmq_key(b) != key || a->cols != b->cols || m <= 0) return 0;
     if (!ls_cuda_mmq_single_pass(m, a->cols, scratch_bytes)) return 0;
-    return !ls::mmq::use_mma(m, a->rows) && !ls::mmq::use_mma(m, b->rows);
+    /* one kernel for the whole group: the dp4a kernel or the small-M one for all */
+    if (ls::mmq::use_mma(m, a->rows) || ls::mmq::use_mma(m, b->rows)) return 0;
+    return ls::mmq::use_small(key, m, a->rows) == ls::mmq::use_small(key, m, b->rows);
 }
 
 extern "C" int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const *w, const float *x, int64_t m,
@@ -710,15 +723,15 @@ extern "C" int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const 
     }
     if (!ls_cuda_mmq_single_pass(m, w[0]->cols, scratch_bytes) || ls::mmq::use_mma(m, w[0]->rows)) return -1;
     switch (key) {
-    case 104: return launch_group<QMlx4>(st, g, x, m, scratch, act_ready != 0);
-    case 108: return launch_group<QMlx8>(st, g, x, m, scratch, act_ready != 0);
-    case LS_TYPE_Q4_0: return launch_group<QQ4_0>(st, g, x, m, scratch, act_ready != 0);
-    case LS_TYPE_Q4_1: return launch_group<QQ4_1>(st, g, x, m, scratch, act_ready != 0);
-    case LS_TYPE_Q5_0: return launch_group<QQ5_0>(st, g, x, m, scratch, act_ready != 0);
-    case LS_TYPE_Q5_1: return launch_group<QQ5_1>(st, g, x, m, scratch, act_ready != 0);
-    case LS_TYPE_Q8_0: return launch_group<QQ8_0>(st, g, x, m, scratch, act_ready != 0);
-    case LS_TYPE_Q4_K: return launch_group<QQ4_K>(st, g, x, m, scratch, act_ready != 0);
-    case LS_TYPE_Q6_K: return launch_group<QQ6_K>(st, g, x, m, scratch, act_ready != 0);
+    case 104: return launch_group<QMlx4>(st, key, g, x, m, scratch, act_ready != 0);
+    case 108: return launch_group<QMlx8>(st, key, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q4_0: return launch_group<QQ4_0>(st, key, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q4_1: return launch_group<QQ4_1>(st, key, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q5_0: return launch_group<QQ5_0>(st, key, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q5_1: return launch_group<QQ5_1>(st, key, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q8_0: return launch_group<QQ8_0>(st, key, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q4_K: return launch_group<QQ4_K>(st, key, g, x, m, scratch, act_ready != 0);
+    case LS_TYPE_Q6_K: return launch_group<QQ6_K>(st, key, g, x, m, scratch, act_ready != 0);
     default: return -1;
     }
 }

@@ -35,6 +35,16 @@ constexpr int64_t MMA_MIN_TILES = 264;
 inline bool use_mma(int64_t M, int64_t N) {
     return M >= MMA_MIN_ROWS && ((M + 31) / 32) * ((N + 31) / 32) >= MMA_MIN_TILES;
 }
+/* The small-M tensor-core kernel (mmq_small.cu: tiles of 16 weight rows x 8 activation
+ * rows, weights staged through shared memory) is flat in M up to 8 rows but streams a one-row
+ * call at only 0.8-1.8 TB/s against the dp4a kernel's 1.7-3.4 (H200, test_cuda_matmul
+ * --bench, docs/benchmarks.md): it serves the calls where it measured faster, Q4_K
+ * (key LS_TYPE_Q4_K) from 2 rows and every other type at 7 and 8 rows. */
+constexpr int64_t SMALL_MAX_ROWS = 8;
+inline bool use_small(int key, int64_t M, int64_t N) {
+    if (M > SMALL_MAX_ROWS || use_mma(M, N)) return false;
+    return key == LS_TYPE_Q4_K ? M >= 2 : M >= 7;
+}
 
 /* Block metadata, 16 bytes: dx, X (f32), V0, V1 (int32 bits). */
 struct Meta {
@@ -56,6 +66,11 @@ inline int kw_of(int nch) {
  * set); key as ls_cuda_mmq_key. Returns 0, or -1 when nothing was launched. */
 int mma_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y,
                int64_t M);
+/* mmq_mma.cu: the small-M kernel for n (1..3) weights of one type and K (c[i].nch, kw set)
+ * on the same M quantized activation rows, y[i] = W_i x; each weight's rows get the same
+ * bits as a launch of their own. Returns 0, or -1 when nothing was launched. */
+int small_launch(cudaStream_t st, const ls::q::Ctx *c, float *const *y, int n, int key, const int8_t *xq,
+                 const Meta *xm, int64_t M);
 
 } // namespace ls::mmq
 

@@ -25,6 +25,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/mmq_common.cuh"
+#include "kernels/cuda/mmq_frag.cuh"
 
 namespace {
 
@@ -33,36 +34,14 @@ using ls::mmq::Meta;
 using ls::mmq::spread_nibble;
 using ls::mmq::QB;
 using ls::mmq::XB_BYTES;
+using ls::mmq::mma_k32;
+using ls::mmq::WBlk;
+using ls::mmq::XFrag;
 
 constexpr int TW = 32; /* weight rows per warp */
 constexpr int TA = 32; /* activation rows per warp */
 constexpr int BW = 1;  /* warps along the weight rows of a block */
 constexpr int BA = 1;  /* warps along the activation rows */
-
-/* C = A B over one m16n8k32 tile, C starting at 0; A unsigned or signed bytes. */
-template <bool AU>
-__device__ __forceinline__ void mma_k32(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-    if (AU) {
-        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                     "{%8, %9}, {%10, %10, %10, %10};"
-                     : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
-    } else {
-        asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                     "{%8, %9}, {%10, %10, %10, %10};"
-                     : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
-    }
-}
-
-/* One weight row's share of one 32-element block for thread t4: code words lo (plane word
- * 2 t4) and hi (2 t4 + 1), and the block's two f32 factors (per type: scale and bias,
- * scale and min, or the two Q6_K half scales). */
-struct WBlk {
-    uint32_t lo, hi;
-    float a, b;
-};
 
 /* An MLX row's scale and bias of group g (f32, f16 or bf16 storage): the block's factors. */
 __device__ __forceinline__ void mlx_scale_bias(WBlk &o, const Ctx &c, int n, int g) {
@@ -193,13 +172,6 @@ struct MLegacy {
         o[0].a = f16f(ldh(b));
         o[0].b = HM ? f16f(ldh(b + 2)) : 0.0f;
     }
-};
-
-/* One activation row's share of one block for thread t4: plane words 2 t4, 2 t4 + 1 of h
- * and of l (B operands, this thread's column g), and the metadata of the two output
- * columns the thread accumulates. */
-struct XFrag {
-    uint2 h, l;
 };
 
 /* The activation side of block blk for this thread: B fragments of the 4 activation row
