@@ -7,7 +7,9 @@
  * until every earlier kernel of the stream has completed and its memory is visible
  * (griddepcontrol.wait), then lets the next kernel launch early (launch_dependents). So
  * nothing is read or written before the predecessors are done: the results, and the bits,
- * are those of ordinary launches. The rule: a kernel launched through ls::pdl::launch must
+ * are those of ordinary launches. One exception, which changes nothing either: weights
+ * (uploaded once at load, before any step is launched, and never written by a kernel) may
+ * be read before enter(); mmq_small.cu requests its first weight stages there. The rule: a kernel launched through ls::pdl::launch must
  * begin with enter() (a kernel that begins with enter() may also be launched normally:
  * the wait is then a no-op). ls_cuda_pdl_on 0 (LS_CUDA_OFF_PDL, set by the backend at
  * creation) launches normally (A/B runs). */
