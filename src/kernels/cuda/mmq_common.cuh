@@ -36,14 +36,22 @@ inline bool use_mma(int64_t M, int64_t N) {
     return M >= MMA_MIN_ROWS && ((M + 31) / 32) * ((N + 31) / 32) >= MMA_MIN_TILES;
 }
 /* The small-M tensor-core kernel (mmq_small.cu: tiles of 16 weight rows x 8 activation
- * rows, weights staged through shared memory) is flat in M up to 8 rows but streams a one-row
- * call at only 0.8-1.8 TB/s against the dp4a kernel's 1.7-3.4 (H200, test_cuda_matmul
- * --bench, docs/benchmarks.md): it serves the calls where it measured faster, Q4_K
- * (key LS_TYPE_Q4_K) from 2 rows and every other type at 7 and 8 rows. */
+ * rows, weights staged through shared memory) is nearly flat in M up to 8 rows but streams
+ * a one-row call at 1.0-2.3 TB/s against the dp4a kernel's 1.7-3.4 (H200, test_cuda_matmul
+ * --bench, docs/benchmarks.md session 8): it serves the calls from the row count where it
+ * measured faster on 21504 x 5376 and 5376 x 21504 matrices: Q4_K from 3 rows, Q8_0 and
+ * MLX 8-bit (key 108) from 5, every other type at 8. */
 constexpr int64_t SMALL_MAX_ROWS = 8;
+inline int64_t small_min_rows(int key) {
+    switch (key) {
+    case LS_TYPE_Q4_K: return 3;
+    case LS_TYPE_Q8_0:
+    case 108: return 5;
+    default: return 8;
+    }
+}
 inline bool use_small(int key, int64_t M, int64_t N) {
-    if (M > SMALL_MAX_ROWS || use_mma(M, N)) return false;
-    return key == LS_TYPE_Q4_K ? M >= 2 : M >= 7;
+    return M >= small_min_rows(key) && M <= SMALL_MAX_ROWS && !use_mma(M, N);
 }
 
 /* Block metadata, 16 bytes: dx, X (f32), V0, V1 (int32 bits). */

@@ -403,21 +403,33 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
         /* where each row's span starts in its slot: its misalignment in global memory */
         const uint8_t *sp0 = buf + g * G::SLOT + ((uintptr_t)(g0 + b0) & 15u);
         const uint8_t *sp1 = buf + (g + 8) * G::SLOT + ((uintptr_t)(g1 + b0) & 15u);
+        /* H chunks at a time: every load first, then the mma and folds (independent
+         * chains the scheduler can overlap) */
+        constexpr int H = T::XB == 1 ? 4 : 2;
 #pragma unroll
-        for (int v = 0; v < V; v++) {
-            const int cl = warp * V + v;
-            if (cl >= cnt) break; /* uniform */
-            const int ci = cs.j0 + cl;
-            WBlk w0[T::XB], w1[T::XB];
-            T::load(w0, c, rc0, sp0, ci, cl, t4);
-            T::load(w1, c, rc1, sp1, ci, cl, t4);
+        for (int h0 = 0; h0 < V; h0 += H) {
+            WBlk w0[H][T::XB], w1[H][T::XB];
+            XFrag xf[H][T::XB];
+            float dx[H][T::XB][2], xs[H][T::XB][2];
+            int v1[H][T::XB][2];
 #pragma unroll
-            for (int b = 0; b < T::XB; b++) {
-                XFrag xf;
-                float dx[2], xs[2];
-                int v1[2];
-                load_x1<T>(xf, dx, xs, v1, xq, xm, ao, mo, (int64_t)ci * T::XB + b, t4, nr);
-                fold1<T>(la[v], w0[b], w1[b], xf, dx, xs, v1, t4, nr);
+            for (int i = 0; i < H; i++) {
+                const int cl = warp * V + h0 + i;
+                if (cl >= cnt) break; /* uniform */
+                const int ci = cs.j0 + cl;
+                T::load(w0[i], c, rc0, sp0, ci, cl, t4);
+                T::load(w1[i], c, rc1, sp1, ci, cl, t4);
+#pragma unroll
+                for (int b = 0; b < T::XB; b++)
+                    load_x1<T>(xf[i][b], dx[i][b], xs[i][b], v1[i][b], xq, xm, ao, mo, (int64_t)ci * T::XB + b,
+                               t4, nr);
+            }
+#pragma unroll
+            for (int i = 0; i < H; i++) {
+                if (warp * V + h0 + i >= cnt) break;
+#pragma unroll
+                for (int b = 0; b < T::XB; b++)
+                    fold1<T>(la[h0 + i], w0[i][b], w1[i][b], xf[i][b], dx[i][b], xs[i][b], v1[i][b], t4, nr);
             }
         }
         if (cs.j0 + U >= nch) { /* the range's last round: its lanes join the totals */
