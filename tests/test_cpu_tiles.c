@@ -4,6 +4,7 @@
  *    L1 buffer holds 96) and past one activation pass (M = 260 > 256), for Q4_0, Q5_0, Q8_0,
  *    and the K-quant tiles (tile_kq_avx512.c) likewise for Q4_K, Q5_K, Q6_K, against the
  *    scalar single-row kernel;
+ *  - the K-quants' 512-bit eight-row kernels (gemm8_kq_avx512.c) at M = 1..5;
  *  - grouped attention (attn_group_avx2.c), E = 1..8 queries over one f16 KV head, each with
  *    all keys or its own range (moving windows, short and empty rows), head dims 16..512 and
  *    up to 1500 keys (past one L1 chunk of value rows), against ls_dot_f16_f32 / ls_axpy_f16
@@ -69,6 +70,16 @@ static void test_kquant_tiles_large(void **state) {
     if (ls_cpu_isa_hw() < LS_ISA_AVX512) skip();
     const ls_type types[3] = {LS_TYPE_Q4_K, LS_TYPE_Q5_K, LS_TYPE_Q6_K};
     for (int ti = 0; ti < 3; ti++) check_tiles(types[ti], 1280, 13, 260, 91 + (uint64_t)ti);
+}
+
+/* The K-quants' 512-bit eight-row kernels (gemm8_kq_avx512.c): M = 1..5 (below the tiles),
+ * N = 21 (two groups of eight and five rows of the single-row kernel). */
+static void test_kquant_gemm8(void **state) {
+    (void)state;
+    if (ls_cpu_isa_hw() < LS_ISA_AVX512) skip();
+    const ls_type types[3] = {LS_TYPE_Q4_K, LS_TYPE_Q5_K, LS_TYPE_Q6_K};
+    for (int ti = 0; ti < 3; ti++)
+        for (int64_t m = 1; m <= 5; m++) check_tiles(types[ti], 1280, 21, m, 97 + (uint64_t)(ti * 8 + m));
 }
 
 /* Query e's key range for test_attention_groups: all n keys, or (ranges) a window that
@@ -167,9 +178,8 @@ static void test_act_quantizers(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_vnni_tiles_large),
-        cmocka_unit_test(test_kquant_tiles_large),
-        cmocka_unit_test(test_attention_groups),
+        cmocka_unit_test(test_vnni_tiles_large), cmocka_unit_test(test_kquant_tiles_large),
+        cmocka_unit_test(test_kquant_gemm8),     cmocka_unit_test(test_attention_groups),
         cmocka_unit_test(test_act_quantizers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
