@@ -8,7 +8,7 @@
  *  - grouped attention (attn_group_avx2.c), E = 1..8 queries over one f16 KV head, each with
  *    all keys or its own range (moving windows, short and empty rows), head dims 16..512 and
  *    up to 1500 keys (past one L1 chunk of value rows), against ls_dot_f16_f32 / ls_axpy_f16
- *    per query.
+ *    per query, for the AVX2 and the 512-bit kernels (attn_group_avx512.c).
  * Skipped (77) on a CPU without the ISA. */
 #include <math.h>
 #include <setjmp.h>
@@ -127,19 +127,25 @@ static void test_attention_groups(void **state) {
                             if (i < lo[e] || i >= hi[e]) s[e * n + i] = NAN;
                     }
                     const float scale = 0.0625f;
-                    ls_attn_group_scores_avx2(E, k + hd, kv_stride, n, qs, hd, scale, sc, n);
-                    ls_attn_group_values_avx2(E, v + hd, kv_stride, lo, hi, s, n, hd, outs);
-                    for (int e = 0; e < E; e++) {
-                        for (int32_t i = 0; i < n; i++) {
-                            const float r = ls_dot_f16_f32(k + hd + i * kv_stride, qs[e], hd) * scale;
-                            assert_memory_equal(&r, &sc[e * n + i], sizeof r);
+                    /* the AVX2 kernels, then the 512-bit ones where the CPU has them */
+                    for (int z = 0; z < (ls_cpu_isa_hw() >= LS_ISA_AVX512 ? 2 : 1); z++) {
+                        memset(sc, 0, sizeof(float) * E * n);
+                        (z ? ls_attn_group_scores_avx512 : ls_attn_group_scores_avx2)(E, k + hd, kv_stride, n, qs, hd,
+                                                                                      scale, sc, n);
+                        (z ? ls_attn_group_values_avx512 : ls_attn_group_values_avx2)(E, v + hd, kv_stride, lo, hi, s,
+                                                                                      n, hd, outs);
+                        for (int e = 0; e < E; e++) {
+                            for (int32_t i = 0; i < n; i++) {
+                                const float r = ls_dot_f16_f32(k + hd + i * kv_stride, qs[e], hd) * scale;
+                                assert_memory_equal(&r, &sc[e * n + i], sizeof r);
+                            }
+                            memset(ref, 0, sizeof(float) * hd);
+                            for (int32_t i = lo[e]; i < hi[e]; i++)
+                                ls_axpy_f16(ref, s[e * n + i], v + hd + i * kv_stride, hd);
+                            if (memcmp(ref, outs[e], sizeof(float) * hd) != 0)
+                                fail_msg("values differ: hd %d n %d E %d ranges %d query %d [%d, %d) z %d", hd, n, E,
+                                         ranges, e, lo[e], hi[e], z);
                         }
-                        memset(ref, 0, sizeof(float) * hd);
-                        for (int32_t i = lo[e]; i < hi[e]; i++)
-                            ls_axpy_f16(ref, s[e * n + i], v + hd + i * kv_stride, hd);
-                        if (memcmp(ref, outs[e], sizeof(float) * hd) != 0)
-                            fail_msg("values differ: hd %d n %d E %d ranges %d query %d [%d, %d)", hd, n, E, ranges, e,
-                                     lo[e], hi[e]);
                     }
                     free(k), free(v), free(q), free(s), free(out), free(ref), free(sc);
                 }
