@@ -1,7 +1,7 @@
 /* Grouped attention over an f16 cache (AVX2 and up): the work of one ls_attention call cut
  * into items of up to LS_ATTN_ENT queries that share one KV head, a block of consecutive query
  * rows times a run of that head's query heads, so each key and value row is read once per item
- * (attn_group_avx2.c). Every (row, head) gets the bits of attn_one in backend_cpu.c: the same
+ * (attn_group_avx2.c, attn_group_avx512.c). Every (row, head) gets the bits of attn_one in backend_cpu.c: the same
  * scores (computed over the union of the block's key ranges; a row uses only its own), the
  * same sequential max, exps and sum over its own keys (expf.h), the same value chains over its
  * own keys. The plan only decides which queries travel together, never a bit. */

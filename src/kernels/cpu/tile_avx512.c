@@ -21,7 +21,7 @@
  * rows; the decode is amortized over all of them. A few activation rows (decode, a verify
  * block) against eight weight rows use 512-bit registers holding both groups of four
  * (tv_fused8): the same lanes and operations, half the instructions (on this VM a 512-bit
- * VPDPBUSD issues as fast as a 256-bit one, docs/benchmarks.md). */
+ * VPDPBUSD issues as fast as a 256-bit one, docs/design.md "Kernels"). */
 #include "kernels/cpu/cpu_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__AVX2__) &&                   \
