@@ -65,7 +65,7 @@ AZ_INLINE void az_scores(int E, const uint16_t *k, int64_t kv_stride, int32_t n,
             memcpy(qz + ((int64_t)p * hd + d) * 2 + 8, q1 + d, 8 * sizeof(float));
         }
     }
-    const int KB = P <= 2 ? 4 : 2;
+    const int KB = 4;
     int32_t i = 0;
 #define AZ_RUN(kb) az_scores_kb(E, P, kb, k + (int64_t)i * kv_stride, kv_stride, qz, hd, scale, scores + i, s_stride)
     if (KB == 4)
