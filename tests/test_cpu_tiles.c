@@ -4,10 +4,11 @@
  *    L1 buffer holds 96) and past one activation pass (M = 260 > 256), for Q4_0, Q5_0, Q8_0,
  *    and the K-quant tiles (tile_kq_avx512.c) likewise for Q4_K, Q5_K, Q6_K, against the
  *    scalar single-row kernel;
+ *  - the K-quants' 512-bit eight-row kernels (gemm8_kq_avx512.c) at M = 1..5;
  *  - grouped attention (attn_group_avx2.c), E = 1..8 queries over one f16 KV head, each with
  *    all keys or its own range (moving windows, short and empty rows), head dims 16..512 and
  *    up to 1500 keys (past one L1 chunk of value rows), against ls_dot_f16_f32 / ls_axpy_f16
- *    per query.
+ *    per query, for the AVX2 and the 512-bit kernels (attn_group_avx512.c).
  * Skipped (77) on a CPU without the ISA. */
 #include <math.h>
 #include <setjmp.h>
@@ -71,6 +72,16 @@ static void test_kquant_tiles_large(void **state) {
     for (int ti = 0; ti < 3; ti++) check_tiles(types[ti], 1280, 13, 260, 91 + (uint64_t)ti);
 }
 
+/* The K-quants' 512-bit eight-row kernels (gemm8_kq_avx512.c): M = 1..5 (below the tiles),
+ * N = 21 (two groups of eight and five rows of the single-row kernel). */
+static void test_kquant_gemm8(void **state) {
+    (void)state;
+    if (ls_cpu_isa_hw() < LS_ISA_AVX512) skip();
+    const ls_type types[3] = {LS_TYPE_Q4_K, LS_TYPE_Q5_K, LS_TYPE_Q6_K};
+    for (int ti = 0; ti < 3; ti++)
+        for (int64_t m = 1; m <= 5; m++) check_tiles(types[ti], 1280, 21, m, 97 + (uint64_t)(ti * 8 + m));
+}
+
 /* Query e's key range for test_attention_groups: all n keys, or (ranges) a window that
  * moves with e like the rows of a verify block, sometimes empty. */
 static void group_range(int ranges, int e, int32_t n, int32_t *lo, int32_t *hi) {
@@ -116,19 +127,25 @@ static void test_attention_groups(void **state) {
                             if (i < lo[e] || i >= hi[e]) s[e * n + i] = NAN;
                     }
                     const float scale = 0.0625f;
-                    ls_attn_group_scores_avx2(E, k + hd, kv_stride, n, qs, hd, scale, sc, n);
-                    ls_attn_group_values_avx2(E, v + hd, kv_stride, lo, hi, s, n, hd, outs);
-                    for (int e = 0; e < E; e++) {
-                        for (int32_t i = 0; i < n; i++) {
-                            const float r = ls_dot_f16_f32(k + hd + i * kv_stride, qs[e], hd) * scale;
-                            assert_memory_equal(&r, &sc[e * n + i], sizeof r);
+                    /* the AVX2 kernels, then the 512-bit ones where the CPU has them */
+                    for (int z = 0; z < (ls_cpu_isa_hw() >= LS_ISA_AVX512 ? 2 : 1); z++) {
+                        memset(sc, 0, sizeof(float) * E * n);
+                        (z ? ls_attn_group_scores_avx512 : ls_attn_group_scores_avx2)(E, k + hd, kv_stride, n, qs, hd,
+                                                                                      scale, sc, n);
+                        (z ? ls_attn_group_values_avx512 : ls_attn_group_values_avx2)(E, v + hd, kv_stride, lo, hi, s,
+                                                                                      n, hd, outs);
+                        for (int e = 0; e < E; e++) {
+                            for (int32_t i = 0; i < n; i++) {
+                                const float r = ls_dot_f16_f32(k + hd + i * kv_stride, qs[e], hd) * scale;
+                                assert_memory_equal(&r, &sc[e * n + i], sizeof r);
+                            }
+                            memset(ref, 0, sizeof(float) * hd);
+                            for (int32_t i = lo[e]; i < hi[e]; i++)
+                                ls_axpy_f16(ref, s[e * n + i], v + hd + i * kv_stride, hd);
+                            if (memcmp(ref, outs[e], sizeof(float) * hd) != 0)
+                                fail_msg("values differ: hd %d n %d E %d ranges %d query %d [%d, %d) z %d", hd, n, E,
+                                         ranges, e, lo[e], hi[e], z);
                         }
-                        memset(ref, 0, sizeof(float) * hd);
-                        for (int32_t i = lo[e]; i < hi[e]; i++)
-                            ls_axpy_f16(ref, s[e * n + i], v + hd + i * kv_stride, hd);
-                        if (memcmp(ref, outs[e], sizeof(float) * hd) != 0)
-                            fail_msg("values differ: hd %d n %d E %d ranges %d query %d [%d, %d)", hd, n, E, ranges, e,
-                                     lo[e], hi[e]);
                     }
                     free(k), free(v), free(q), free(s), free(out), free(ref), free(sc);
                 }
@@ -167,9 +184,8 @@ static void test_act_quantizers(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_vnni_tiles_large),
-        cmocka_unit_test(test_kquant_tiles_large),
-        cmocka_unit_test(test_attention_groups),
+        cmocka_unit_test(test_vnni_tiles_large), cmocka_unit_test(test_kquant_tiles_large),
+        cmocka_unit_test(test_kquant_gemm8),     cmocka_unit_test(test_attention_groups),
         cmocka_unit_test(test_act_quantizers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "decode/drafter.h"
 #include "fixture_model.c"
 #include "lockstep.h"
 
@@ -687,6 +688,30 @@ static int timer_stop(void **state) {
     if (getenv("LS_TEST_VERBOSE")) fprintf(stderr, "  (%.0f ms)\n", wall_ms() - t_start_ms);
     return 0;
 }
+/* The n-gram drafter prefers, among matches of one length, the one at the distance of the
+ * last accepted proposal (drafter_ngram.c): a source [10 .. 70], a preamble with 30 followed
+ * by 99 98 97, then the copy starts. */
+static void test_ngram_aligned_match(void **state) {
+    (void)state;
+    const int32_t hist[15] = {10, 20, 30, 40, 50, 60, 70, 77, 30, 99, 98, 97, 10, 20, 30};
+    const ls_sampling sp = ls_sampling_default();
+    char err[256];
+    for (int accepted = 0; accepted < 2; accepted++) {
+        ls_drafter *d = NULL;
+        assert_int_equal(ls_drafter_ngram_create(1, 1, &d, err, sizeof err), LS_OK);
+        d->ops->rollback(d, 0);
+        int32_t out[3];
+        assert_int_equal(d->ops->propose(d, NULL, hist, 13, 3, &sp, false, out), 3); /* after "10" */
+        assert_int_equal(out[0], 20);
+        d->ops->rollback(d, 13 + accepted);                                          /* "20" accepted, or nothing */
+        assert_int_equal(d->ops->propose(d, NULL, hist, 15, 3, &sp, false, out), 3); /* after "30" */
+        /* aligned with the accepted copy: the source's 40 50 60; else the most recent: 99 98 97 */
+        assert_int_equal(out[0], accepted ? 40 : 99);
+        assert_int_equal(out[2], accepted ? 60 : 97);
+        ls_drafter_free(d);
+    }
+}
+
 #undef cmocka_unit_test
 #define cmocka_unit_test(f) cmocka_unit_test_setup_teardown(f, timer_start, timer_stop)
 
@@ -697,6 +722,7 @@ int main(void) {
         cmocka_unit_test(test_exact_ngram2),
         cmocka_unit_test(test_exact_ngram3),
         cmocka_unit_test(test_exact_ngram13),
+        cmocka_unit_test(test_ngram_aligned_match),
         cmocka_unit_test(test_exact_model_self),
         cmocka_unit_test(test_exact_model_small),
         cmocka_unit_test(test_exact_model_truncated),

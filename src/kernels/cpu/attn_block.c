@@ -1,11 +1,12 @@
 /* Grouped attention over an f16 cache (AVX2 and up): the work of one ls_attention call cut
  * into items of up to LS_ATTN_ENT queries that share one KV head, a block of consecutive query
  * rows times a run of that head's query heads, so each key and value row is read once per item
- * (attn_group_avx2.c). Every (row, head) gets the bits of attn_one in backend_cpu.c: the same
+ * (attn_group_avx2.c, attn_group_avx512.c). Every (row, head) gets the bits of attn_one in backend_cpu.c: the same
  * scores (computed over the union of the block's key ranges; a row uses only its own), the
  * same sequential max, exps and sum over its own keys (expf.h), the same value chains over its
  * own keys. The plan only decides which queries travel together, never a bit. */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -115,7 +116,9 @@ void ls_attn_block(const ls_attn_args *a, const ls_attn_plan *p, long t, float *
     LS_ASSERT(n <= s_stride);
     const int64_t kv_stride = (int64_t)a->n_kv * hd;
     const int64_t base = (int64_t)(u_lo - a->first_pos) * kv_stride + (int64_t)kvh * hd;
-    ls_attn_group_scores_avx2(E, (const uint16_t *)a->k + base, kv_stride, n, q, hd, a->scale, scores, s_stride);
+    const bool z = ls_cpu_isa() >= LS_ISA_AVX512; /* the 512-bit kernels: same bits, fewer instructions */
+    (z ? ls_attn_group_scores_avx512 : ls_attn_group_scores_avx2)(E, (const uint16_t *)a->k + base, kv_stride, n, q, hd,
+                                                                  a->scale, scores, s_stride);
     float sum[LS_ATTN_ENT];
     for (int i = 0; i < rows; i++) {
         const int32_t off = row_lo[i] - u_lo, len = row_hi[i] - row_lo[i] + 1;
@@ -131,7 +134,8 @@ void ls_attn_block(const ls_attn_args *a, const ls_attn_plan *p, long t, float *
         /* the row's heads: their sums run side by side */
         ls_softmax_exp(ls_cpu_isa(), nh, scores + (int64_t)i * nh * s_stride + off, s_stride, len, mx, sum + i * nh);
     }
-    ls_attn_group_values_avx2(E, (const uint16_t *)a->v + base, kv_stride, lo, hi, scores, s_stride, hd, out);
+    (z ? ls_attn_group_values_avx512 : ls_attn_group_values_avx2)(E, (const uint16_t *)a->v + base, kv_stride, lo, hi,
+                                                                  scores, s_stride, hd, out);
     for (int e = 0; e < E; e++) {
         const float inv = 1.0f / sum[e];
         for (int32_t d = 0; d < hd; d++) out[e][d] *= inv;

@@ -33,5 +33,10 @@ void ls_attn_group_scores_avx2(int E, const uint16_t *k, int64_t kv_stride, int3
                                int32_t hd, float scale, float *scores, int64_t s_stride);
 void ls_attn_group_values_avx2(int E, const uint16_t *v, int64_t kv_stride, const int32_t *lo, const int32_t *hi,
                                const float *p, int64_t p_stride, int32_t hd, float *const *out);
+/* The same with 512-bit registers (attn_group_avx512.c), same bits; AVX-512 CPUs only. */
+void ls_attn_group_scores_avx512(int E, const uint16_t *k, int64_t kv_stride, int32_t n, const float *const *q,
+                                 int32_t hd, float scale, float *scores, int64_t s_stride);
+void ls_attn_group_values_avx512(int E, const uint16_t *v, int64_t kv_stride, const int32_t *lo, const int32_t *hi,
+                                 const float *p, int64_t p_stride, int32_t hd, float *const *out);
 
 #endif

@@ -143,6 +143,9 @@ typedef void (*ls_gemm8_fn)(int64_t k, const void *w, size_t w_stride, const voi
                             float *y, int64_t y_stride);
 enum { LS_GEMM8_MAX_ACT = 4 };
 ls_gemm8_fn ls_gemm8_avx2_get(ls_type wt);
+/* The same for Q4_K / Q5_K / Q6_K with AVX-512 BW + VNNI (gemm8_kq_avx512.c, same bits); NULL
+ * for other types or when the library was built without AVX-512 support. */
+ls_gemm8_fn ls_gemm8_kq_avx512_get(ls_type wt);
 /* Tile kernels (weight-stationary, no horizontal sum per block): nrows (any, >= 1) weight
  * rows against nact (any, >= 1) activation rows: y[c * y_stride + r] =
  * dot(row r, activation row c), bit-identical to ls_vec_dot_get(wt, isa) for every

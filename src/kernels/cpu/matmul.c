@@ -160,6 +160,9 @@ static void mm_setup(mm_job *j, ls_isa isa, ls_pool *pool, ls_type wt, const voi
     const int q8v = dot == ls_vec_dot_avx2_get(wt) && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 &&
                     ls_tile_avx512_get(wt) != NULL;
     if (q8v) j->tile = ls_tile_avx512_get(wt);
+    /* the K-quants' eight-row kernels with 512-bit VNNI (same bits as the AVX2 ones) */
+    if (j->gemm8 && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 && ls_gemm8_kq_avx512_get(wt))
+        j->gemm8 = ls_gemm8_kq_avx512_get(wt);
     /* the K-quant tiles decode eight rows into a transposed buffer: worth it from about
      * six activation rows up (measured); fewer stream through the eight-row kernels,
      * which give the same bits */

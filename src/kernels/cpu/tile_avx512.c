@@ -18,7 +18,10 @@
  *
  * Speed: each group of four weight rows is decoded and transposed once into an L1 buffer,
  * then every activation row of the tile runs 4 VPDPBUSD + 4 float ops per block and four
- * rows; the decode is amortized over all of them. */
+ * rows; the decode is amortized over all of them. A few activation rows (decode, a verify
+ * block) against eight weight rows use 512-bit registers holding both groups of four
+ * (tv_fused8): the same lanes and operations, half the instructions (on this VM a 512-bit
+ * VPDPBUSD issues as fast as a 256-bit one, docs/design.md "Kernels"). */
 #include "kernels/cpu/cpu_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__AVX2__) &&                   \
@@ -185,6 +188,79 @@ TV_INLINE void tv_fused(int t, int NG, int C, const uint8_t *const *r, size_t ws
     for (int i = 0; i < C * NG; i++) acc[i] = a[i];
 }
 
+/* Eight rows in one 512-bit register: the lower 256 bits are group 0 (rows 0..3) and the
+ * upper 256 bits group 1 (rows 4..7), each in tv_fused's lane layout, so every lane runs the
+ * same integer sum and the same cvt, mul and fma as there (same bits). One VPDPBUSD then
+ * covers eight rows: a verify block's few activation rows against the LM head otherwise
+ * issue twice the 256-bit instructions and fall behind the weight stream. */
+TV_INLINE __m512i tv_decode2(int t, const uint8_t *lo, const uint8_t *hi) {
+    if (t == TV_Q8_0) {
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(lo + 2))),
+                                             _mm256_loadu_si256((const __m256i *)(hi + 2)), 1);
+        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+    }
+    const int qo = t == TV_Q4_0 ? 2 : 6;
+    /* 128-bit lanes: lo's qs, lo's qs, hi's qs, hi's qs; the second copy of each as high nibbles */
+    const __m256i q =
+        _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(hi + qo)), _mm_loadu_si128((const __m128i *)(lo + qo)));
+    const __m512i z = _mm512_shuffle_i64x2(_mm512_castsi256_si512(q), _mm512_castsi256_si512(q), 0x50);
+    __m512i v = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(15));
+    if (t == TV_Q5_0) {
+        uint32_t a, b;
+        memcpy(&a, lo + 2, sizeof a);
+        memcpy(&b, hi + 2, sizeof b);
+        v = _mm512_or_si512(v, _mm512_maskz_mov_epi8((__mmask64)a | (__mmask64)b << 32, _mm512_set1_epi8(0x10)));
+    }
+    return v;
+}
+
+/* tv_fused for eight rows (NG = 2) and C activation rows, one 512-bit register per
+ * activation row: acc[2 c] and acc[2 c + 1] are the two groups, as tv_fused leaves them. */
+TV_INLINE void tv_fused8(int t, int C, const uint8_t *const *r, size_t ws, int64_t nb,
+                         const ls_act_q8v_block *const *ab, __m256 *acc) {
+    const int sh = tv_bias_shift(t);
+    const size_t bs = tv_bsize(t);
+    const uintptr_t pf = (uintptr_t)r[0] + 4 * 8 * ws; /* integer: may lie past W */
+    __m512 a[TV_FUSED_MAX];
+#pragma GCC unroll 8
+    for (int i = 0; i < C; i++) a[i] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        for (size_t o = 0; o < 8 * bs; o += 64) _mm_prefetch((const char *)(pf + (size_t)i * 8 * bs + o), _MM_HINT_T0);
+        const size_t o = (size_t)i * bs;
+        const __m512i w0 = tv_decode2(t, r[0] + o, r[4] + o), w1 = tv_decode2(t, r[1] + o, r[5] + o);
+        const __m512i w2 = tv_decode2(t, r[2] + o, r[6] + o), w3 = tv_decode2(t, r[3] + o, r[7] + o);
+        const __m512i t0 = _mm512_unpacklo_epi32(w0, w1), t1 = _mm512_unpackhi_epi32(w0, w1);
+        const __m512i t2 = _mm512_unpacklo_epi32(w2, w3), t3 = _mm512_unpackhi_epi32(w2, w3);
+        const __m512i v0 = _mm512_unpacklo_epi64(t0, t2), v1 = _mm512_unpackhi_epi64(t0, t2);
+        const __m512i v2 = _mm512_unpacklo_epi64(t1, t3), v3 = _mm512_unpackhi_epi64(t1, t3);
+        __m128i d = _mm_cvtsi32_si128(tv_ld16(r[0] + o));
+        d = _mm_insert_epi16(d, tv_ld16(r[1] + o), 1);
+        d = _mm_insert_epi16(d, tv_ld16(r[2] + o), 2);
+        d = _mm_insert_epi16(d, tv_ld16(r[3] + o), 3);
+        d = _mm_insert_epi16(d, tv_ld16(r[4] + o), 4);
+        d = _mm_insert_epi16(d, tv_ld16(r[5] + o), 5);
+        d = _mm_insert_epi16(d, tv_ld16(r[6] + o), 6);
+        d = _mm_insert_epi16(d, tv_ld16(r[7] + o), 7);
+        /* halves d0..d3 d0..d3 d4..d7 d4..d7: 32-bit pairs 0 1 0 1 2 3 2 3 */
+        const __m512 dw = _mm512_cvtph_ps(
+            _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(d), _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3)));
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            const ls_act_q8v_block *x = &ab[c][i];
+            const __m512i p0 =
+                _mm512_slli_epi32(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->neg_sum)), sh);
+            __m512i p =
+                _mm512_dpbusd_epi32(p0, v0, _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->q[0])));
+            p = _mm512_dpbusd_epi32(p, v1, _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->q[1])));
+            p = _mm512_dpbusd_epi32(p, v2, _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->q[2])));
+            p = _mm512_dpbusd_epi32(p, v3, _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->q[3])));
+            a[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(x->d)), a[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) _mm512_storeu_ps((float *)&acc[2 * c], a[c]);
+}
+
 /* Rows [0, nrows) (nrows <= 8; missing rows alias the last) x nact activation rows. */
 static void tv_group(int t, int64_t k, const uint8_t *w, size_t ws, int nrows, const uint8_t *act, size_t as, int nact,
                      float *y, int64_t ys) {
@@ -198,7 +274,11 @@ static void tv_group(int t, int64_t k, const uint8_t *w, size_t ws, int nrows, c
         for (int i = 0; i < nact; i++) ab[i] = (const ls_act_q8v_block *)(act + (size_t)i * as);
             /* constant (NG, C) instantiations: the accumulators stay in registers */
 #define TV_CASE(ng, c)                                                                                                 \
-    case (ng)*16 + (c): tv_fused(t, ng, c, r, ws, nb, ab, acc); break
+    case (ng)*16 + (c):                                                                                                \
+        tv_fused(t, ng, c, r, ws, nb, ab, acc);                                                                        \
+        break
+#define TV_CASE8(c)                                                                                                    \
+    case 32 + (c): tv_fused8(t, c, r, ws, nb, ab, acc); break
         switch (NG * 16 + nact) {
             TV_CASE(1, 1);
             TV_CASE(1, 2);
@@ -208,17 +288,18 @@ static void tv_group(int t, int64_t k, const uint8_t *w, size_t ws, int nrows, c
             TV_CASE(1, 6);
             TV_CASE(1, 7);
             TV_CASE(1, 8);
-            TV_CASE(2, 1);
-            TV_CASE(2, 2);
-            TV_CASE(2, 3);
-            TV_CASE(2, 4);
-            TV_CASE(2, 5);
-            TV_CASE(2, 6);
-            TV_CASE(2, 7);
-            TV_CASE(2, 8);
+            TV_CASE8(1);
+            TV_CASE8(2);
+            TV_CASE8(3);
+            TV_CASE8(4);
+            TV_CASE8(5);
+            TV_CASE8(6);
+            TV_CASE8(7);
+            TV_CASE8(8);
         default: __builtin_unreachable(); /* 1 <= nact <= TV_FUSED_MAX, NG is 1 or 2 */
         }
 #undef TV_CASE
+#undef TV_CASE8
         tv_store(acc, NG, nact, nrows, y, ys);
         return;
     }
