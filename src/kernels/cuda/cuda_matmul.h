@@ -72,7 +72,8 @@ int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const *w, const f
                       void *scratch, size_t scratch_bytes, int act_ready);
 /* Tests only: which of the integer path's three kernels (same bits by construction) serves
  * a call: 0 = by shape (the default), 1 = the dp4a kernel always, 2 = the tensor-core
- * tiles always, 3 = the small-M tensor-core kernel always. Returns the previous policy, -1 for a bad value. Process-wide. */
+ * tiles always, 3 = the small-M tensor-core kernel always. Returns the previous policy,
+ * -1 for a bad value. Process-wide. */
 int ls_cuda_mmq_policy(int policy);
 
 /* dst[i][w->cols] = dequantized row ids[i] of the table w (ids: device int32 array of n),
