@@ -1,5 +1,6 @@
 /* Stream-read bandwidth of this machine: the decode roofline's denominator (docs/benchmarks.md).
- * Each of T threads reads its share of a 1 GiB buffer (touched first, so pages are resident)
+ * Each of T threads reads its share of a 1 GiB buffer (touched first, so pages are resident;
+ * huge pages where the kernel gives them, as for the weights: src/core/hugemap.h)
  * with 32-byte AVX2 loads where the CPU has them; the best of 8 passes is reported in GB/s.
  *
  *   lockstep-stream-read [THREADS...]      (default: 1 and 2)
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #if defined(__x86_64__)
@@ -98,11 +100,17 @@ int main(int argc, char **argv) {
             counts[nc++] = t;
         }
     }
-    uint8_t *buf = aligned_alloc(64, BUF_BYTES);
-    if (!buf) {
+    /* the same kind of memory the weights stream from (src/core/hugemap.h: anonymous,
+     * advised for 2 MiB pages), so the roofline compares like with like */
+    void *m = mmap(NULL, BUF_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
         fprintf(stderr, "lockstep-stream-read: cannot allocate 1 GiB\n");
         return 1;
     }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(m, BUF_BYTES, MADV_HUGEPAGE);
+#endif
+    uint8_t *buf = m;
     memset(buf, 1, BUF_BYTES);
     for (int i = 0; i < nc; i++) {
         const double gbs = measure(buf, counts[i]);
@@ -112,6 +120,6 @@ int main(int argc, char **argv) {
         }
         printf("threads=%d read_gb_s=%.2f\n", counts[i], gbs);
     }
-    free(buf);
+    munmap(m, BUF_BYTES);
     return 0;
 }

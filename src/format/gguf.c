@@ -13,6 +13,7 @@
  * Lookups use sorted indexes (binary search) rather than hash tables: O(log n), no
  * hash-flooding worst case on hostile names, and sorting doubles as the duplicate check.
  * Tensor data is never copied; pointers point into the mapping. */
+#include "core/hugemap.h"
 #include "format/gguf.h"
 #include "format/name_quote.h"
 
@@ -47,7 +48,8 @@ typedef struct {
 struct gguf_file {
     const uint8_t *base; /* [size] the file bytes (mapping or caller memory) */
     size_t size;
-    void *map; /* non-NULL when we own an mmap of `size` bytes */
+    void *map;      /* non-NULL when we own a mapping (of the file, or a huge-page copy) */
+    size_t map_len; /* its length for munmap */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset; /* file offset of the data section */
@@ -683,9 +685,11 @@ int ls_gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
         close(fd);
         return -1;
     }
-    size_t size = (size_t)st.st_size;
-    void *map = NULL;
-    if (size > 0) { /* mmap rejects length 0; an empty file fails as a truncated header */
+    size_t size = (size_t)st.st_size, map_len = 0;
+    /* huge pages for the weight stream (core/hugemap.h); else the file mapping */
+    void *map = size > 0 ? ls_hugemap_read(fd, size, &map_len) : NULL;
+    if (size > 0 && !map) { /* mmap rejects length 0; an empty file fails as a truncated header */
+        map_len = size;
         map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
             if (err && errlen)
@@ -696,10 +700,11 @@ int ls_gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
     }
     close(fd); /* the mapping keeps the file */
     if (ls_gguf_open_memory(map, size, out, err, errlen) != 0) {
-        if (map) munmap(map, size);
+        if (map) munmap(map, map_len);
         return -1;
     }
     (*out)->map = map;
+    (*out)->map_len = map_len;
     return 0;
 }
 
@@ -716,7 +721,7 @@ void ls_gguf_close(gguf_file *f) {
     free(f->tensors);
     free(f->tensor_index);
     free(f->names);
-    if (f->map) munmap(f->map, f->size);
+    if (f->map) munmap(f->map, f->map_len);
     free(f);
 }
 
