@@ -673,6 +673,10 @@ int ls_gguf_open_memory(const void *data, size_t size, gguf_file **out, char *er
 }
 
 int ls_gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
+    return ls_gguf_open_ex(path, 0, out, err, errlen);
+}
+
+int ls_gguf_open_ex(const char *path, int flags, gguf_file **out, char *err, size_t errlen) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -686,8 +690,8 @@ int ls_gguf_open(const char *path, gguf_file **out, char *err, size_t errlen) {
         return -1;
     }
     size_t size = (size_t)st.st_size, map_len = 0;
-    /* huge pages for the weight stream (core/hugemap.h); else the file mapping */
-    void *map = size > 0 ? ls_hugemap_read(fd, size, &map_len) : NULL;
+    /* huge pages for a weight stream (core/hugemap.h); else the file mapping */
+    void *map = size > 0 && (flags & LS_GGUF_OPEN_HUGE) ? ls_hugemap_read(fd, size, &map_len) : NULL;
     if (size > 0 && !map) { /* mmap rejects length 0; an empty file fails as a truncated header */
         map_len = size;
         map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -75,6 +75,11 @@ void ls_gguf_mapping(const gguf_file *f, const void **base, size_t *size);
 /* Open and validate. On failure returns non-zero, *out = NULL, and writes a message naming
  * the problem (e.g. "tensor 'blk.0.attn_q.weight': data [off, end) past end of file (size N)"). */
 int ls_gguf_open(const char *path, gguf_file **out, char *err, size_t errlen);
+/* Same; flags LS_GGUF_OPEN_HUGE: read the file into huge-page memory (src/core/hugemap.h)
+ * when it fits, for a caller that will stream the weights (model loading): opening then
+ * costs a read of the whole file, which metadata readers should not pay. */
+#define LS_GGUF_OPEN_HUGE 1
+int ls_gguf_open_ex(const char *path, int flags, gguf_file **out, char *err, size_t errlen);
 /* Same, over caller-owned memory (kept referenced; used by the fuzzer and tests). */
 int ls_gguf_open_memory(const void *data, size_t size, gguf_file **out, char *err, size_t errlen);
 void ls_gguf_close(gguf_file *f);

@@ -264,7 +264,7 @@ int ls_model_open(const char *path, ls_model **out, char *err, size_t errlen) {
         *out = m;
         return LS_OK;
     }
-    if (ls_gguf_open(path, &m->gguf, err, errlen) != 0) goto fail;
+    if (ls_gguf_open_ex(path, LS_GGUF_OPEN_HUGE, &m->gguf, err, errlen) != 0) goto fail;
     struct stat sb;
     if (stat(path, &sb) == 0) {
         m->file_size = (uint64_t)sb.st_size;
