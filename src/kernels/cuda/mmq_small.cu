@@ -515,13 +515,16 @@ int small_t(cudaStream_t st, const Ctx *c, float *const *y, int n, const int8_t 
     }
     const int nr = (int)(M < COLS ? M : COLS);
     const size_t smem = (size_t)2 * ROWS * G::SLOT + (size_t)G::CW * ROWS * nr * sizeof(float);
-    static std::atomic<int> raised{0};
-    if (smem > 48 * 1024 && !raised.load(std::memory_order_relaxed)) {
+    /* the shared-memory limit is a per-device attribute: raised once on each device (bit d) */
+    static std::atomic<unsigned> raised{0};
+    int dev = 0;
+    if (smem > 48 * 1024 && cudaGetDevice(&dev) == cudaSuccess &&
+        (dev >= 32 || !(raised.load(std::memory_order_relaxed) & (1u << dev)))) {
         const int cap = 2 * ROWS * G::SLOT + G::CW * ROWS * COLS * (int)sizeof(float);
         if (cudaFuncSetAttribute(small_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, cap) !=
             cudaSuccess)
             return -1;
-        raised.store(1, std::memory_order_relaxed);
+        if (dev < 32) raised.fetch_or(1u << dev, std::memory_order_relaxed);
     }
     const int64_t gx = (M + COLS - 1) / COLS;
     if (nb > 65535 || gx > 0x7fffffff) return -1;
