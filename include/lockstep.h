@@ -408,10 +408,18 @@ enum {
      * are the same either way): LS_CUDA_OFF_MERGE (fused quantization, grouped matmuls,
      * norm_rope pairs), LS_CUDA_OFF_PDL (programmatic dependent launch), LS_CUDA_OFF_ATTN_FINISH
      * (one-chunk attention finished without the combine kernel), LS_CUDA_OFF_ATTN_SPLIT (one
-     * query vector a block for small attention calls). 0, the default: all on. */
+     * query vector a block for small attention calls), LS_CUDA_OFF_GEMV (one-row integer
+     * matmuls take the general dp4a body instead of the streaming one-row kernel). 0, the
+     * default: all on. */
     LS_TESTCTL_CUDA_OFF = 8,
 };
-enum { LS_CUDA_OFF_MERGE = 1, LS_CUDA_OFF_PDL = 2, LS_CUDA_OFF_ATTN_FINISH = 4, LS_CUDA_OFF_ATTN_SPLIT = 8 };
+enum {
+    LS_CUDA_OFF_MERGE = 1,
+    LS_CUDA_OFF_PDL = 2,
+    LS_CUDA_OFF_ATTN_FINISH = 4,
+    LS_CUDA_OFF_ATTN_SPLIT = 8,
+    LS_CUDA_OFF_GEMV = 16
+};
 int ls_test_control(int op, ...);
 
 /* ---- misc ----------------------------------------------------------------------- */

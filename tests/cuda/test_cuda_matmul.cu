@@ -315,6 +315,15 @@ bool test_case(const Case &c, bool quick) {
             else cmp_rows(y, M, 0, "dp4a kernel");
         }
         ls_cuda_mmq_policy(0);
+        /* the one-row path's compilations (mmq.cu gemv_kernel variants), alone and
+         * grouped below: the same bits as the default one */
+        for (int v = 0; v < 2 && ok; v++) {
+            const int prev = ls_cuda_mmq_gemv_variant(v);
+            std::vector<float> y;
+            if (!run_mm(W, dx, 1, dy, y, "gemv")) ok = false;
+            else cmp_rows(y, 1, 0, "one-row variant");
+            ls_cuda_mmq_gemv_variant(prev);
+        }
     }
     if (ok) { /* other tile slots: rows 3.. as a call of 33; unaligned activations: rows 1..5 */
         std::vector<float> y;
@@ -440,16 +449,21 @@ bool test_group(const char *label, ls_type t, int bits) {
             if (ls_cuda_mmq_ex(0, &W[i].w, dx, M, ys[i], scratch(), scratch_bytes(), 0) != 0) ok = false;
         }
         const ls_weight *ws[3] = {&W[0].w, &W[1].w, &W[2].w};
+        /* M = 1: the group under every one-row variant against the default's separate calls */
+        for (int v = M == 1 ? 0 : -1; v < (M == 1 ? 2 : 0) && ok; v++)
         for (int ready = 0; ready < 2 && ok; ready++) {
+            const int prev = v >= 0 ? ls_cuda_mmq_gemv_variant(v) : -1;
             /* ready: the scratch holds x from a separate call on the first weight just before */
             if (ready && ls_cuda_mmq_ex(0, &W[0].w, dx, M, ys[0], scratch(), scratch_bytes(), 0) != 0) ok = false;
             if (!ls_cuda_mmq_groupable(ws[0], ws[1], M, scratch_bytes()) ||
                 ls_cuda_mmq_group(0, 3, ws, dx, M, yg, scratch(), scratch_bytes(), ready) != 0) {
                 printf("  %s M=%lld: grouped launch refused\n", label, (long long)M);
+                if (prev >= 0) ls_cuda_mmq_gemv_variant(prev);
                 ok = false;
                 break;
             }
             CK(cudaGetLastError());
+            if (prev >= 0) ls_cuda_mmq_gemv_variant(prev);
             for (int i = 0; i < 3 && ok; i++)
                 ok = same(down(yg[i], (size_t)M * Ns[i]), down(ys[i], (size_t)M * Ns[i]),
                           ready ? "grouped (ready)" : "grouped");
@@ -575,6 +589,23 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
         ls_cuda_mmq_policy(*pp - '0');
         if (*pp == '3' && M > 8) continue;
         const int iters = M >= 64 ? 6 : 60;
+        const char *gv = getenv("LS_BENCH_GEMV"); /* M = 1 under each one-row variant, e.g. "01" */
+        if (M == 1 && gv && *pp != '3') {
+            for (const char *g = gv; *g; g++) {
+                const int prev = ls_cuda_mmq_gemv_variant(*g - '0');
+                for (int i = 0; i < NC; i++) ls_cuda_matmul(0, &ws[i], dx, 1, dy, scratch(), scratch_bytes());
+                CK(cudaEventRecord(e0));
+                for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, 1, dy, scratch(), scratch_bytes());
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                const double s = ms / 1e3 / iters;
+                printf("  v%c %6.1f us %5.0f GB/s", *g, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
+                ls_cuda_mmq_gemv_variant(prev);
+            }
+            continue;
+        }
         for (int i = 0; i < NC; i++)
             if (ls_cuda_matmul(0, &ws[i], dx, M, dy, scratch(), scratch_bytes()) != 0) {
                 printf(" unsupported\n");
@@ -676,6 +707,9 @@ int main(int argc, char **argv) {
         {"q5_ku", LS_TYPE_Q5_K, 0, 0, LS_TYPE_F32, 35, 2816, 2, false},
         {"q6_k", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, true},
         {"q6_kb", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 53, 5376, 0, false},
+        /* rows long enough for four k-warps (kw_of: >= 256 chunks) */
+        {"q8_0k", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 37, 9216, 0, false},
+        {"q4_kk", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 21, 16384, 2, false},
     };
     const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
     const ls_type sbs[] = {LS_TYPE_F32, LS_TYPE_F16, LS_TYPE_BF16};
@@ -690,6 +724,7 @@ int main(int argc, char **argv) {
         }
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 130, 5376, 0, true});
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 130, 5376, 0, true});
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 45, 10240, 0, false});
     int fails = 0;
     for (const Case &c : cases) fails += !test_case(c, quick);
     fails += !test_group("q4_0", LS_TYPE_Q4_0, 0) + !test_group("q5_0", LS_TYPE_Q5_0, 0);

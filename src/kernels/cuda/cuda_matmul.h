@@ -75,6 +75,11 @@ int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const *w, const f
  * tiles always, 3 = the small-M tensor-core kernel always. Returns the previous policy,
  * -1 for a bad value. Process-wide. */
 int ls_cuda_mmq_policy(int policy);
+/* Tests, benchmarks and A/B runs only: which compilation of the dp4a kernel's one-row path
+ * serves M = 1 calls (mmq.cu: 0 = the general body, 1 = gemv_kernel, 4 weight rows
+ * per warp, -1 = each type's default; the same bits by construction).
+ * Returns the previous value, -2 for a bad one. Process-wide. */
+int ls_cuda_mmq_gemv_variant(int v);
 
 /* dst[i][w->cols] = dequantized row ids[i] of the table w (ids: device int32 array of n),
  * bit-identical to the CPU reference dequantizer. Same rules as ls_cuda_matmul; ids out of

@@ -478,6 +478,94 @@ __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict_
     }
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The one-row path (M = 1: every decode step's matmuls, the calls that stream the whole
+ * model once per token). mmq_body splits a row's chunks over KW warps of a block, so a
+ * thread folds only nch / (32 KW) chunks (2-3 for a 5376-wide MLX 4-bit row) and then
+ * waits at the block barrier for the serial combine: the prologue, barrier and combine
+ * were most of the issued instructions (ncu: issue slots 58% busy at 45% of DRAM
+ * bandwidth, docs/benchmarks.md session 9). Here one warp owns W whole rows: lane L holds
+ * the KW virtual lanes u = L + 32 k (k < KW) of each row in registers, so it folds chunks
+ * L, L + 32, L + 64, .. (chunk ci belongs to virtual lane ci mod 32 KW, in increasing
+ * order: exactly mmq_body's per-lane sequence), and the combine is the same serial sum
+ * over u, done by one lane per row from the warp's own shared memory after __syncwarp:
+ * no block barrier, warps finish independently. The same bits as mmq_body (the tests
+ * compare them), fewer instructions per byte. The first chunk is requested before the PDL
+ * wait: weights are never written by a step (pdl.cuh). */
+template <class T, int W, int KW>
+__device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
+                                          float *__restrict__ y, int64_t yb) {
+    constexpr int U = 32 * KW, L = KW < 2 ? 2 : KW; /* L: unroll, a multiple of KW and of 2 buffers */
+    __shared__ __align__(16) float red[WARPS][W][U];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t n0 = (yb * WARPS + warp) * W;
+    const int nch = c.nch;
+    const uint8_t *rowp[W], *scp[W], *bip[W];
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        const int64_t n = n0 + i < c.N ? n0 + i : c.N - 1; /* rows past N: a copy, not stored */
+        rowp[i] = c.w + (size_t)n * c.row_bytes;
+        const int sbz = c.sb_kind == 0 ? 4 : 2;
+        scp[i] = c.sc ? c.sc + (size_t)n * c.ng * sbz : nullptr;
+        bip[i] = c.bi ? c.bi + (size_t)n * c.ng * sbz : nullptr;
+    }
+    typename T::Raw buf[2][W];
+    if (lane < nch) {
+#pragma unroll
+        for (int i = 0; i < W; i++) T::load(buf[0][i], c, rowp[i], scp[i], bip[i], lane);
+    }
+    ls::pdl::enter();
+    float acc[W][KW];
+#pragma unroll
+    for (int i = 0; i < W; i++)
+#pragma unroll
+        for (int k = 0; k < KW; k++) acc[i][k] = 0.0f;
+    for (int base = lane; base < nch; base += 32 * L) {
+#pragma unroll
+        for (int s = 0; s < L; s++) {
+            const int ci = base + 32 * s;
+            if (ci >= nch) break;
+            if (ci + 32 < nch) {
+#pragma unroll
+                for (int i = 0; i < W; i++) T::load(buf[(s + 1) & 1][i], c, rowp[i], scp[i], bip[i], ci + 32);
+            }
+            XBlk xb[T::XB];
+#pragma unroll
+            for (int b = 0; b < T::XB; b++) load_xblk(xb[b], xq, xm, (int64_t)ci * T::XB + b);
+#pragma unroll
+            for (int i = 0; i < W; i++) {
+                typename T::Prep p;
+                prep_of<T>(p, buf[s & 1][i], c, ci);
+#pragma unroll
+                for (int b = 0; b < T::XB; b++) acc[i][s % KW] = T::acc_block(acc[i][s % KW], p, b, xb[b]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < W; i++)
+#pragma unroll
+        for (int k = 0; k < KW; k++) red[warp][i][32 * k + lane] = acc[i][k];
+    __syncwarp();
+    if (lane < W) {
+        /* ((p[0] + p[1]) + p[2]) + .. over the nu virtual lanes that hold chunks */
+        const int nu = nch < U ? nch : U;
+        const float *r = red[warp][lane];
+        float v = r[0];
+        int u = 1;
+        for (; u < 4 && u < nu; u++) v = v + r[u];
+        for (; u + 4 <= nu; u += 4) {
+            const float4 q = *reinterpret_cast<const float4 *>(r + u);
+            v = v + q.x;
+            v = v + q.y;
+            v = v + q.z;
+            v = v + q.w;
+        }
+        for (; u < nu; u++) v = v + r[u];
+        const int64_t n = n0 + lane;
+        if (n < c.N) y[n] = v;
+    }
+}
+
 /* Four compilations of the same body, for tiles of up to RT = 1, 2, 4, 8 rows: the small
  * ones (decode, verify blocks) keep their registers low for occupancy. A row gets the same
  * fmaf sequence on the same operands from any of them (the arithmetic is written out with
@@ -530,6 +618,89 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, yb);
 }
 
+/* The one-row kernels (gemv_body): variant 1 = 4 rows per warp, 0 = mmq_body's RT = 1
+ * compilation (ls_cuda_mmq_gemv_variant A/B-tests them; both give the same bits), KW the
+ * weight's k-warps (kw_of) as a compile-time count. */
+template <class T, int W, int KW>
+__global__ void __launch_bounds__(32 * WARPS) gemv_kernel(const Ctx c, const int8_t *__restrict__ xq,
+                                                          const Meta *__restrict__ xm, float *__restrict__ y) {
+    gemv_body<T, W, KW>(c, xq, xm, y, blockIdx.y);
+}
+template <class T, int W, int KW>
+__global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, const int8_t *__restrict__ xq,
+                                                                const Meta *__restrict__ xm) {
+    int64_t yb = blockIdx.y;
+    Ctx c = g.c[0];
+    float *y = g.y[0];
+    if (g.n > 1 && yb >= g.nb[0]) {
+        yb -= g.nb[0];
+        c = g.c[1];
+        y = g.y[1];
+        if (g.n > 2 && yb >= g.nb[1]) {
+            yb -= g.nb[1];
+            c = g.c[2];
+            y = g.y[2];
+        }
+    }
+    gemv_body<T, W, KW>(c, xq, xm, y, yb);
+}
+constexpr int GEMV_VARIANTS = 2;
+/* -1: the measured choice (gemv_default); 0, 1: that variant for every call */
+std::atomic<int> g_gemv{-1};
+/* Which one-row kernel streams a weight faster, by type and k-warps (H200, test_cuda_matmul
+ * --bench, docs/benchmarks.md session 9): the warp-per-rows kernel for MLX 8-bit (35.5 vs
+ * 42.1 us at 5376 x 21504, 41.0 vs 43.2 at 21504 x 5376), Q8_0 rows of four k-warps (38.6
+ * vs 41.1) and Q4_K rows of one (33.3 vs 35.0); mmq_body elsewhere (its 4-row warps with
+ * KW = 2, 4 keep fewer registers: Q4_K / Q6_K / MLX 4-bit measured 10-50% slower here). */
+int gemv_default(int key, int kw) {
+    switch (key) {
+    case 108: return 1;
+    case LS_TYPE_Q8_0: return kw == 4 ? 1 : 0;
+    case LS_TYPE_Q4_K: return kw == 1 ? 1 : 0;
+    default: return 0;
+    }
+}
+int gemv_pick(int key, int kw) {
+    const int v = g_gemv.load(std::memory_order_relaxed);
+    return v >= 0 ? v : gemv_default(key, kw);
+}
+
+/* weight rows per block of the one-row path under variant v (kw k-warps) */
+int64_t gemv_rows(int v, int kw) {
+    return v == 1 ? 4 * WARPS : (int64_t)WR * (WARPS / kw);
+}
+
+template <class T, int W>
+void gemv_launch_w(cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, const Meta *xm, float *y) {
+    switch (c.kw) {
+    case 1: ls::pdl::launch(gemv_kernel<T, W, 1>, grid, 32 * WARPS, 0, st, c, xq, xm, y); break;
+    case 2: ls::pdl::launch(gemv_kernel<T, W, 2>, grid, 32 * WARPS, 0, st, c, xq, xm, y); break;
+    default: ls::pdl::launch(gemv_kernel<T, W, 4>, grid, 32 * WARPS, 0, st, c, xq, xm, y); break;
+    }
+}
+template <class T>
+void gemv_launch(int v, cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, const Meta *xm, float *y) {
+    switch (v) {
+    case 1: gemv_launch_w<T, 4>(st, grid, c, xq, xm, y); break;
+    default: ls::pdl::launch(mmq_kernel<T, 1>, grid, 32 * WARPS, 0, st, c, xq, xm, y, (int64_t)1); break;
+    }
+}
+template <class T, int W>
+void gemv_group_launch_w(cudaStream_t st, dim3 grid, const Group &g, const int8_t *xq, const Meta *xm) {
+    switch (g.c[0].kw) { /* a group shares K, so kw */
+    case 1: ls::pdl::launch(gemv_group_kernel<T, W, 1>, grid, 32 * WARPS, 0, st, g, xq, xm); break;
+    case 2: ls::pdl::launch(gemv_group_kernel<T, W, 2>, grid, 32 * WARPS, 0, st, g, xq, xm); break;
+    default: ls::pdl::launch(gemv_group_kernel<T, W, 4>, grid, 32 * WARPS, 0, st, g, xq, xm); break;
+    }
+}
+template <class T>
+void gemv_group_launch(int v, cudaStream_t st, dim3 grid, const Group &g, const int8_t *xq, const Meta *xm) {
+    switch (v) {
+    case 1: gemv_group_launch_w<T, 4>(st, grid, g, xq, xm); break;
+    default: ls::pdl::launch(mmq_group_kernel<T, 1>, grid, 32 * WARPS, 0, st, g, xq, xm, (int64_t)1); break;
+    }
+}
+
 /* ---- host side ---- */
 
 /* ls_cuda_mmq_policy: 0 = the shape decides (use_mma, use_small), 1 = dp4a only, 2 =
@@ -575,11 +746,17 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
             if (ls::mmq::small_launch(st, &c, &yr, 1, key, xq, xm, mr) != 0) return -1;
             continue;
         }
-        const int rt = mr == 1 ? 1 : mr == 2 ? 2 : mr <= 4 ? 4 : R;
-        const dim3 grid((unsigned)((mr + rt - 1) / rt), (unsigned)nb);
         float *yr = y + r0 * c.N;
+        if (mr == 1) {
+            const int v = gemv_pick(key, c.kw);
+            const int64_t gb = (c.N + gemv_rows(v, c.kw) - 1) / gemv_rows(v, c.kw);
+            if (gb > 65535) return -1;
+            gemv_launch<T>(v, st, dim3(1, (unsigned)gb), c, xq, xm, yr);
+            continue;
+        }
+        const int rt = mr == 2 ? 2 : mr <= 4 ? 4 : R;
+        const dim3 grid((unsigned)((mr + rt - 1) / rt), (unsigned)nb);
         switch (rt) {
-        case 1: ls::pdl::launch(mmq_kernel<T, 1>, grid, 32 * WARPS, 0, st, c, xq, xm, yr, mr); break;
         case 2: ls::pdl::launch(mmq_kernel<T, 2>, grid, 32 * WARPS, 0, st, c, xq, xm, yr, mr); break;
         case 4: ls::pdl::launch(mmq_kernel<T, 4>, grid, 32 * WARPS, 0, st, c, xq, xm, yr, mr); break;
         default: ls::pdl::launch(mmq_kernel<T, R>, grid, 32 * WARPS, 0, st, c, xq, xm, yr, mr); break;
@@ -618,10 +795,20 @@ int launch_group(cudaStream_t st, int key, Group g, const float *x, int64_t M, v
         /* use_small holds for every weight of the group (ls_cuda_mmq_groupable) */
         return ls::mmq::small_launch(st, g.c, g.y, g.n, key, xq, xm, M);
     }
-    const int rt = M == 1 ? 1 : M == 2 ? 2 : M <= 4 ? 4 : R;
+    if (M == 1) {
+        const int v = gemv_pick(key, g.c[0].kw);
+        int64_t gb = 0;
+        for (int i = 0; i < g.n; i++) {
+            g.nb[i] = (g.c[i].N + gemv_rows(v, g.c[i].kw) - 1) / gemv_rows(v, g.c[i].kw);
+            gb += g.nb[i];
+        }
+        if (gb > 65535) return -1;
+        gemv_group_launch<T>(v, st, dim3(1, (unsigned)gb), g, xq, xm);
+        return 0;
+    }
+    const int rt = M == 2 ? 2 : M <= 4 ? 4 : R;
     const dim3 grid((unsigned)((M + rt - 1) / rt), (unsigned)nb);
     switch (rt) {
-    case 1: ls::pdl::launch(mmq_group_kernel<T, 1>, grid, 32 * WARPS, 0, st, g, xq, xm, M); break;
     case 2: ls::pdl::launch(mmq_group_kernel<T, 2>, grid, 32 * WARPS, 0, st, g, xq, xm, M); break;
     case 4: ls::pdl::launch(mmq_group_kernel<T, 4>, grid, 32 * WARPS, 0, st, g, xq, xm, M); break;
     default: ls::pdl::launch(mmq_group_kernel<T, R>, grid, 32 * WARPS, 0, st, g, xq, xm, M); break;
@@ -654,6 +841,11 @@ extern "C" int ls_cuda_mmq_key(const ls_weight *w) {
 extern "C" int ls_cuda_mmq_policy(int policy) {
     if (policy < 0 || policy > 3) return -1;
     return g_policy.exchange(policy);
+}
+
+extern "C" int ls_cuda_mmq_gemv_variant(int v) {
+    if (v < -1 || v >= GEMV_VARIANTS) return -2;
+    return g_gemv.exchange(v);
 }
 
 extern "C" size_t ls_cuda_mmq_scratch_bytes(int64_t rows, int64_t cols) {
