@@ -164,9 +164,13 @@ static void mm_setup(mm_job *j, ls_isa isa, ls_pool *pool, ls_type wt, const voi
     if (j->gemm8 && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 && ls_gemm8_kq_avx512_get(wt))
         j->gemm8 = ls_gemm8_kq_avx512_get(wt);
     /* the K-quant tiles decode eight rows into a transposed buffer: worth it from about
-     * six activation rows up (measured); fewer stream through the eight-row kernels,
-     * which give the same bits */
-    if (dot == ls_vec_dot_avx2_get(wt) && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 && M >= 6 &&
+     * 33 activation rows up; fewer stream through the eight-row kernels, which give the
+     * same bits. Measured on the default model (session 9, after the 512-bit eight-row
+     * kernels of gemm8_kq_avx512.c): a K-row forward with the tiles from 6 rows against
+     * from 65, 1 / 2 threads: K = 8 36.0 / 19.9 ms -> 31.4 / 17.6, K = 16 76.0 / 42.8 ->
+     * 75.1 / 40.5, K = 32 128.1 / 73.3 -> 125.5 / 72.5, K = 48 176.1 / 103.0 -> 179.8 /
+     * 102.6 (docs/benchmarks.md) */
+    if (dot == ls_vec_dot_avx2_get(wt) && isa >= LS_ISA_AVX512 && ls_cpu_isa_hw() >= LS_ISA_AVX512 && M >= 33 &&
         ls_tile_kq_avx512_get(wt))
         j->tile = ls_tile_kq_avx512_get(wt);
     int64_t tile = (int64_t)(MM_TILE_BYTES / w_row) / 8 * 8;
