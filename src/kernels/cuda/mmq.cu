@@ -400,6 +400,21 @@ __device__ __forceinline__ void prep_of(typename T::Prep &p, const typename T::R
         T::prep(p, r, c);
 }
 
+/* Weight rows n0 .. n0 + W - 1: their codes, scales and biases (MLX; else null). Rows past
+ * N alias the last one: computed, never stored. */
+template <int W>
+__device__ __forceinline__ void row_ptrs(const Ctx &c, int64_t n0, const uint8_t **rowp, const uint8_t **scp,
+                                         const uint8_t **bip) {
+#pragma unroll
+    for (int i = 0; i < W; i++) {
+        const int64_t n = n0 + i < c.N ? n0 + i : c.N - 1;
+        rowp[i] = c.w + (size_t)n * c.row_bytes;
+        const int sbz = c.sb_kind == 0 ? 4 : 2;
+        scp[i] = c.sc ? c.sc + (size_t)n * c.ng * sbz : nullptr;
+        bip[i] = c.bi ? c.bi + (size_t)n * c.ng * sbz : nullptr;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * The kernel: 4 warps = KW k-warps x (4 / KW) row-warps of WR weight rows each, one tile
  * of up to RT activation rows. KW (1, 2 or 4) is a function of the weight's shape alone
@@ -416,14 +431,7 @@ __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict_
     const int64_t nbk = c.K / QB; /* activation blocks per row */
     const int nch = c.nch, step = 32 * KW, c0 = kw * 32 + lane;
     const uint8_t *rowp[WR], *scp[WR], *bip[WR];
-#pragma unroll
-    for (int i = 0; i < WR; i++) {
-        const int64_t n = nbase + i < c.N ? nbase + i : c.N - 1; /* rows past N: a copy, not stored */
-        rowp[i] = c.w + (size_t)n * c.row_bytes;
-        const int sbz = c.sb_kind == 0 ? 4 : 2;
-        scp[i] = c.sc ? c.sc + (size_t)n * c.ng * sbz : nullptr;
-        bip[i] = c.bi ? c.bi + (size_t)n * c.ng * sbz : nullptr;
-    }
+    row_ptrs<WR>(c, nbase, rowp, scp, bip);
     float acc[WR][RT];
 #pragma unroll
     for (int i = 0; i < WR; i++)
@@ -501,14 +509,7 @@ __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict
     const int64_t n0 = (yb * WARPS + warp) * W;
     const int nch = c.nch;
     const uint8_t *rowp[W], *scp[W], *bip[W];
-#pragma unroll
-    for (int i = 0; i < W; i++) {
-        const int64_t n = n0 + i < c.N ? n0 + i : c.N - 1; /* rows past N: a copy, not stored */
-        rowp[i] = c.w + (size_t)n * c.row_bytes;
-        const int sbz = c.sb_kind == 0 ? 4 : 2;
-        scp[i] = c.sc ? c.sc + (size_t)n * c.ng * sbz : nullptr;
-        bip[i] = c.bi ? c.bi + (size_t)n * c.ng * sbz : nullptr;
-    }
+    row_ptrs<W>(c, n0, rowp, scp, bip);
     typename T::Raw buf[2][W];
     if (lane < nch) {
 #pragma unroll
@@ -600,19 +601,9 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     mmq_group_kernel(const Group g, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int64_t M) {
     ls::pdl::enter();
     int64_t yb = blockIdx.y;
-    /* uniform selects (no dynamic indexing of the parameter space) */
-    Ctx c = g.c[0];
-    float *y = g.y[0];
-    if (g.n > 1 && yb >= g.nb[0]) {
-        yb -= g.nb[0];
-        c = g.c[1];
-        y = g.y[1];
-        if (g.n > 2 && yb >= g.nb[1]) {
-            yb -= g.nb[1];
-            c = g.c[2];
-            y = g.y[2];
-        }
-    }
+    Ctx c;
+    float *y;
+    ls::mmq::group_pick(g, yb, c, y);
     const int64_t m0 = (int64_t)blockIdx.x * RT;
     const int nr = (int)(M - m0 < RT ? M - m0 : RT);
     mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, yb);
@@ -630,18 +621,9 @@ template <class T, int W, int KW>
 __global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, const int8_t *__restrict__ xq,
                                                                 const Meta *__restrict__ xm) {
     int64_t yb = blockIdx.y;
-    Ctx c = g.c[0];
-    float *y = g.y[0];
-    if (g.n > 1 && yb >= g.nb[0]) {
-        yb -= g.nb[0];
-        c = g.c[1];
-        y = g.y[1];
-        if (g.n > 2 && yb >= g.nb[1]) {
-            yb -= g.nb[1];
-            c = g.c[2];
-            y = g.y[2];
-        }
-    }
+    Ctx c;
+    float *y;
+    ls::mmq::group_pick(g, yb, c, y);
     gemv_body<T, W, KW>(c, xq, xm, y, yb);
 }
 constexpr int GEMV_VARIANTS = 2;

@@ -54,6 +54,26 @@ inline bool use_small(int key, int64_t M, int64_t N) {
     return M >= small_min_rows(key) && M <= SMALL_MAX_ROWS && !use_mma(M, N);
 }
 
+/* The weight of a grouped launch (up to 3 weights' row blocks one after another: mmq.cu
+ * Group, mmq_small.cu SmallGroup) that row block yb falls in: c and y become its context and
+ * output, yb the block within it. Uniform selects, no dynamic indexing of the parameter
+ * space. */
+template <class G>
+__device__ __forceinline__ void group_pick(const G &g, int64_t &yb, ls::q::Ctx &c, float *&y) {
+    c = g.c[0];
+    y = g.y[0];
+    if (g.n > 1 && yb >= g.nb[0]) {
+        yb -= g.nb[0];
+        c = g.c[1];
+        y = g.y[1];
+        if (g.n > 2 && yb >= g.nb[1]) {
+            yb -= g.nb[1];
+            c = g.c[2];
+            y = g.y[2];
+        }
+    }
+}
+
 /* Block metadata, 16 bytes: dx, X (f32), V0, V1 (int32 bits). */
 struct Meta {
     float dx, X;

@@ -483,19 +483,9 @@ __global__ void __launch_bounds__(32 * SW) small_kernel(const SmallGroup sg, con
                                                          const Meta *__restrict__ xm, int64_t M) {
     extern __shared__ __align__(16) uint8_t smem[];
     int64_t yb = blockIdx.y;
-    /* uniform selects (no dynamic indexing of the parameter space) */
-    Ctx c = sg.c[0];
-    float *y = sg.y[0];
-    if (sg.n > 1 && yb >= sg.nb[0]) {
-        yb -= sg.nb[0];
-        c = sg.c[1];
-        y = sg.y[1];
-        if (sg.n > 2 && yb >= sg.nb[1]) {
-            yb -= sg.nb[1];
-            c = sg.c[2];
-            y = sg.y[2];
-        }
-    }
+    Ctx c;
+    float *y;
+    ls::mmq::group_pick(sg, yb, c, y);
     const int64_t m0 = (int64_t)blockIdx.x * COLS;
     const int nr = (int)(M - m0 < COLS ? M - m0 : COLS);
     small_body<T, ONE>(c, xq, xm, y, yb * ROWS, m0, nr, smem); /* calls ls::pdl::enter() */
