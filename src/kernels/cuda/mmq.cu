@@ -567,6 +567,15 @@ __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict
     }
 }
 
+/* The MLX types, whose loads are 16-byte ldw16 calls: their kernels compile a copy of the
+ * body with a16 a constant 1, so the 2-byte-aligned fallback is not issued predicated off
+ * beside every load (H200, session 9: MLX 8-bit one-row 41.0 -> 40.0 and 35.5 -> 34.2 us,
+ * 31B decode 85 -> 89 tok/s). The other types keep one body: the same split measured
+ * slower there (Q4_K one-row 33.3 -> 36.6 us, Q6_K 48.3 -> 54.4: the doubled code, not
+ * their loads; Q6_K / Q8_0 never take the 16-byte path). */
+template <class T>
+constexpr bool const_a16 = std::is_same<T, QMlx4>::value || std::is_same<T, QMlx8>::value;
+
 /* Four compilations of the same body, for tiles of up to RT = 1, 2, 4, 8 rows: the small
  * ones (decode, verify blocks) keep their registers low for occupancy. A row gets the same
  * fmaf sequence on the same operands from any of them (the arithmetic is written out with
@@ -583,7 +592,13 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     ls::pdl::enter();
     const int64_t m0 = (int64_t)blockIdx.x * RT;
     const int nr = (int)(M - m0 < RT ? M - m0 : RT);
-    mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, blockIdx.y);
+    if (const_a16<T> && c.a16) { /* const_a16 */
+        Ctx a = c;
+        a.a16 = 1;
+        mmq_body<T, RT>(a, xq, xm, y, m0, nr, c.kw, blockIdx.y);
+    } else {
+        mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, blockIdx.y);
+    }
 }
 
 /* Up to GMAX weights of one type and width on the same activation rows (q / k / v, gate /
@@ -606,7 +621,13 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     ls::mmq::group_pick(g, yb, c, y);
     const int64_t m0 = (int64_t)blockIdx.x * RT;
     const int nr = (int)(M - m0 < RT ? M - m0 : RT);
-    mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, yb);
+    if (const_a16<T> && c.a16) { /* const_a16 */
+        Ctx a = c;
+        a.a16 = 1;
+        mmq_body<T, RT>(a, xq, xm, y, m0, nr, c.kw, yb);
+    } else {
+        mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, yb);
+    }
 }
 
 /* The one-row kernels (gemv_body): variant 1 = 4 rows per warp, 0 = mmq_body's RT = 1
@@ -615,7 +636,14 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
 template <class T, int W, int KW>
 __global__ void __launch_bounds__(32 * WARPS) gemv_kernel(const Ctx c, const int8_t *__restrict__ xq,
                                                           const Meta *__restrict__ xm, float *__restrict__ y) {
-    gemv_body<T, W, KW>(c, xq, xm, y, blockIdx.y);
+    /* a16 is uniform (const_a16) */
+    if (const_a16<T> && c.a16) {
+        Ctx a = c;
+        a.a16 = 1;
+        gemv_body<T, W, KW>(a, xq, xm, y, blockIdx.y);
+    } else {
+        gemv_body<T, W, KW>(c, xq, xm, y, blockIdx.y);
+    }
 }
 template <class T, int W, int KW>
 __global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, const int8_t *__restrict__ xq,
@@ -624,7 +652,13 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, c
     Ctx c;
     float *y;
     ls::mmq::group_pick(g, yb, c, y);
-    gemv_body<T, W, KW>(c, xq, xm, y, yb);
+    if (const_a16<T> && c.a16) { /* const_a16 */
+        Ctx a = c;
+        a.a16 = 1;
+        gemv_body<T, W, KW>(a, xq, xm, y, yb);
+    } else {
+        gemv_body<T, W, KW>(c, xq, xm, y, yb);
+    }
 }
 constexpr int GEMV_VARIANTS = 2;
 /* -1: the measured choice (gemv_default); 0, 1: that variant for every call */
