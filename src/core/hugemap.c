@@ -8,13 +8,16 @@
 
 #define HUGE_BYTES ((size_t)2 << 20)
 
+size_t ls_hugemap_limit(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (size_t)pages / 2 * (size_t)psz : 0;
+}
+
 void *ls_hugemap_read(int fd, size_t size, size_t *map_len) {
     *map_len = 0;
-    const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    if (size == 0 || pages <= 0 || psz <= 0) return NULL;
     /* a copy of a model near the memory size would push it out of RAM; the file mapping
      * can page instead */
-    if (size > (size_t)pages / 2 * (size_t)psz) return NULL;
+    if (size == 0 || size > ls_hugemap_limit()) return NULL;
     if (size > SIZE_MAX - HUGE_BYTES) return NULL;
     const size_t len = (size + HUGE_BYTES - 1) & ~(HUGE_BYTES - 1);
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

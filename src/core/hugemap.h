@@ -17,5 +17,8 @@
  * memory, or when mapping or reading fails: the caller then maps the file as before. Free
  * with munmap(p, *map_len). */
 void *ls_hugemap_read(int fd, size_t size, size_t *map_len);
+/* The most bytes ls_hugemap_read copies in one call: half of the physical memory (0 when
+ * unknown). A loader of several files (safetensors shards) keeps their sum under it too. */
+size_t ls_hugemap_limit(void);
 
 #endif

@@ -10,6 +10,7 @@
  * (binary search, no hash-flooding worst case) and the duplicate check across shards. */
 #include "format/safetensors.h"
 #include "format/name_quote.h"
+#include "core/hugemap.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -35,6 +36,7 @@ typedef struct {
     char *path; /* for messages; "<memory>" for buffers */
     void *map;  /* NULL for empty files and buffers */
     size_t size;
+    size_t map_len; /* bytes mapped at map (a huge-page copy is rounded up to 2 MiB) */
 } st_file;
 
 struct ls_st_set {
@@ -49,6 +51,7 @@ typedef struct {
     char *err;
     size_t errlen;
     int failed;
+    size_t huge_left; /* LS_ST_OPEN_HUGE: bytes the shards may still copy (core/hugemap.h); 0: map */
 } st_ctx;
 
 static const struct {
@@ -109,7 +112,7 @@ void ls_st_close(ls_st_set *s) {
     if (!s) return;
     for (int64_t i = 0; i < s->n_tensors; i++) free((char *)s->tensors[i].name);
     for (int32_t i = 0; i < s->n_files; i++) {
-        if (s->files[i].map) munmap(s->files[i].map, s->files[i].size);
+        if (s->files[i].map) munmap(s->files[i].map, s->files[i].map_len);
         free(s->files[i].path);
     }
     free(s->files);
@@ -118,7 +121,7 @@ void ls_st_close(ls_st_set *s) {
     free(s);
 }
 
-static int set_add_file(st_ctx *c, ls_st_set *s, const char *path, void *map, size_t size) {
+static int set_add_file(st_ctx *c, ls_st_set *s, const char *path, void *map, size_t size, size_t map_len) {
     st_file *grown = realloc(s->files, (size_t)(s->n_files + 1) * sizeof *grown);
     char *copy = strdup(path);
     if (grown) s->files = grown;
@@ -127,7 +130,7 @@ static int set_add_file(st_ctx *c, ls_st_set *s, const char *path, void *map, si
         st_fail(c, path, NULL, "out of memory");
         return -1;
     }
-    s->files[s->n_files++] = (st_file){copy, map, size};
+    s->files[s->n_files++] = (st_file){copy, map, size, map_len};
     return 0;
 }
 
@@ -461,7 +464,7 @@ int64_t ls_st_nelem(const ls_st_tensor *t) {
  * Files
  * ------------------------------------------------------------------------------------- */
 
-static int file_map(st_ctx *c, const char *path, void **map, size_t *size) {
+static int file_map(st_ctx *c, const char *path, void **map, size_t *size, size_t *map_len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         st_fail(c, path, NULL, "cannot open: %s", strerror(errno));
@@ -475,6 +478,18 @@ static int file_map(st_ctx *c, const char *path, void **map, size_t *size) {
     }
     *size = (size_t)st.st_size;
     *map = NULL;
+    *map_len = *size;
+    /* huge pages for a weight stream (core/hugemap.h) while the shards' sum stays under the
+     * limit; else the file mapping */
+    if (*size > 0 && *size <= c->huge_left) {
+        *map = ls_hugemap_read(fd, *size, map_len);
+        if (*map) {
+            c->huge_left -= *size;
+            close(fd);
+            return 0;
+        }
+        *map_len = *size;
+    }
     if (*size > 0) { /* mmap rejects length 0; an empty file fails as too small */
         void *m = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -491,10 +506,10 @@ static int file_map(st_ctx *c, const char *path, void **map, size_t *size) {
 /* Map `path` as shard number s->n_files and parse it. */
 static int shard_add(st_ctx *c, ls_st_set *s, const char *path) {
     void *map;
-    size_t size;
-    if (file_map(c, path, &map, &size) != 0) return -1;
-    if (set_add_file(c, s, path, map, size) != 0) {
-        if (map) munmap(map, size);
+    size_t size, map_len;
+    if (file_map(c, path, &map, &size, &map_len) != 0) return -1;
+    if (set_add_file(c, s, path, map, size, map_len) != 0) {
+        if (map) munmap(map, map_len);
         return -1;
     }
     static const uint8_t empty[1];
@@ -508,7 +523,7 @@ static ls_st_set *set_new(st_ctx *c) {
 }
 
 static void ctx_init(st_ctx *c, char *err, size_t errlen) {
-    *c = (st_ctx){err, errlen, 0};
+    *c = (st_ctx){err, errlen, 0, 0};
     if (err && errlen) err[0] = 0;
 }
 
@@ -530,7 +545,7 @@ int ls_st_validate_buffer(const uint8_t *buf, size_t len, char *err, size_t errl
     st_ctx c;
     ctx_init(&c, err, errlen);
     ls_st_set *s = set_new(&c);
-    if (s && set_add_file(&c, s, "<memory>", NULL, 0) == 0 &&
+    if (s && set_add_file(&c, s, "<memory>", NULL, 0, 0) == 0 &&
         image_parse(&c, s, "<memory>", buf ? buf : empty, buf ? len : 0, 0) == 0)
         index_build(&c, s);
     ls_st_close(s);
@@ -609,15 +624,19 @@ static int weight_map_check(st_ctx *c, const ls_st_set *s, const char *ipath, co
 
 static cJSON *index_read(st_ctx *c, const char *ipath) {
     void *map;
-    size_t size;
-    if (file_map(c, ipath, &map, &size) != 0) return NULL;
+    size_t size, map_len;
+    const size_t huge = c->huge_left; /* the index is read once: the file mapping */
+    c->huge_left = 0;
+    const int mapped = file_map(c, ipath, &map, &size, &map_len);
+    c->huge_left = huge;
+    if (mapped != 0) return NULL;
     cJSON *root = NULL;
     const char *why = "is empty";
     if (size > ST_INDEX_MAX)
         st_fail(c, ipath, NULL, "index of %zu bytes is larger than the limit %u", size, ST_INDEX_MAX);
     else if (!map || !(root = json_parse_bytes(map, size, &why)))
         st_fail(c, ipath, NULL, "index %s", why);
-    if (map) munmap(map, size);
+    if (map) munmap(map, map_len);
     return root;
 }
 
@@ -680,8 +699,13 @@ static char *single_file(st_ctx *c, const char *dir) {
 }
 
 int ls_st_open_dir(const char *dir, ls_st_set **out, char *err, size_t errlen) {
+    return ls_st_open_dir_ex(dir, 0, out, err, errlen);
+}
+
+int ls_st_open_dir_ex(const char *dir, int flags, ls_st_set **out, char *err, size_t errlen) {
     st_ctx c;
     ctx_init(&c, err, errlen);
+    if (flags & LS_ST_OPEN_HUGE) c.huge_left = ls_hugemap_limit();
     *out = NULL;
     char *ipath = path_join(dir, ST_INDEX_NAME), *single = path_join(dir, ST_SINGLE_NAME);
     ls_st_set *s = ipath && single ? set_new(&c) : NULL;

@@ -53,6 +53,11 @@ int ls_st_open_file(const char *path, ls_st_set **out, char *err, size_t errlen)
 /* Open a checkpoint directory: model.safetensors.index.json (sharded) if present, else
  * model.safetensors, else the only *.safetensors file in it. */
 int ls_st_open_dir(const char *dir, ls_st_set **out, char *err, size_t errlen);
+/* Same; flags LS_ST_OPEN_HUGE: read the shards into huge-page memory (src/core/hugemap.h)
+ * while their sum stays under ls_hugemap_limit(), the rest mapped as before: for model
+ * loading, whose weights are streamed once per decoded token. */
+#define LS_ST_OPEN_HUGE 1
+int ls_st_open_dir_ex(const char *dir, int flags, ls_st_set **out, char *err, size_t errlen);
 void ls_st_close(ls_st_set *s);
 
 /* Validate a whole file image held in memory (header + data) without keeping it: the same

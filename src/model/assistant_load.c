@@ -355,7 +355,7 @@ int ls_assistant_load(const char *dir, ls_assistant **out, char *err, size_t err
     }
     config_check(&L);
     if (L.failed) goto fail;
-    if (ls_st_open_dir(dir, &a->st, inner, sizeof inner) != 0) {
+    if (ls_st_open_dir_ex(dir, LS_ST_OPEN_HUGE, &a->st, inner, sizeof inner) != 0) {
         lfail(&L, "assistant: %s", inner);
         goto fail;
     }

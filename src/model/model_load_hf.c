@@ -494,7 +494,7 @@ int ls_model_load_hf(ls_model *m, const char *dir, char *err, size_t errlen) {
     L->hc = hc;
     L->add_one = hc->arch == LS_ARCH_GEMMA3;
     if (config_to_model(L) != 0) goto done;
-    if (ls_st_open_dir(dir, &m->st, err, errlen) != 0) goto done;
+    if (ls_st_open_dir_ex(dir, LS_ST_OPEN_HUGE, &m->st, err, errlen) != 0) goto done;
     if (bind_all(L) != 0) goto done;
     const char *base = strrchr(dir, '/');
     base = base && base[1] ? base + 1 : dir;
