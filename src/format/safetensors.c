@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -464,7 +465,9 @@ int64_t ls_st_nelem(const ls_st_tensor *t) {
  * Files
  * ------------------------------------------------------------------------------------- */
 
-static int file_map(st_ctx *c, const char *path, void **map, size_t *size, size_t *map_len) {
+/* huge: a weight shard, copied into huge-page memory while the shards' sum stays under
+ * c->huge_left (core/hugemap.h); else (and for the index) the file mapping. */
+static int file_map(st_ctx *c, const char *path, bool huge, void **map, size_t *size, size_t *map_len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         st_fail(c, path, NULL, "cannot open: %s", strerror(errno));
@@ -479,9 +482,7 @@ static int file_map(st_ctx *c, const char *path, void **map, size_t *size, size_
     *size = (size_t)st.st_size;
     *map = NULL;
     *map_len = *size;
-    /* huge pages for a weight stream (core/hugemap.h) while the shards' sum stays under the
-     * limit; else the file mapping */
-    if (*size > 0 && *size <= c->huge_left) {
+    if (huge && *size > 0 && *size <= c->huge_left) {
         *map = ls_hugemap_read(fd, *size, map_len);
         if (*map) {
             c->huge_left -= *size;
@@ -507,7 +508,7 @@ static int file_map(st_ctx *c, const char *path, void **map, size_t *size, size_
 static int shard_add(st_ctx *c, ls_st_set *s, const char *path) {
     void *map;
     size_t size, map_len;
-    if (file_map(c, path, &map, &size, &map_len) != 0) return -1;
+    if (file_map(c, path, true, &map, &size, &map_len) != 0) return -1;
     if (set_add_file(c, s, path, map, size, map_len) != 0) {
         if (map) munmap(map, map_len);
         return -1;
@@ -625,11 +626,7 @@ static int weight_map_check(st_ctx *c, const ls_st_set *s, const char *ipath, co
 static cJSON *index_read(st_ctx *c, const char *ipath) {
     void *map;
     size_t size, map_len;
-    const size_t huge = c->huge_left; /* the index is read once: the file mapping */
-    c->huge_left = 0;
-    const int mapped = file_map(c, ipath, &map, &size, &map_len);
-    c->huge_left = huge;
-    if (mapped != 0) return NULL;
+    if (file_map(c, ipath, false, &map, &size, &map_len) != 0) return NULL;
     cJSON *root = NULL;
     const char *why = "is empty";
     if (size > ST_INDEX_MAX)
