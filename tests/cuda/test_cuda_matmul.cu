@@ -578,6 +578,11 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     printf("%-10s %6lldx%-6lld %7.1f MB:", label, (long long)N, (long long)K, (wbytes + 2 * sbbytes) / 1e6);
+    const char *kwo = getenv("LS_BENCH_KW"); /* e.g. "12": every call at kw 1, then at 2 */
+    if (!kwo) kwo = "0";
+    for (const char *kp = kwo; *kp; kp++) {
+    ls_cuda_mmq_kw_override(*kp - '0');
+    if (kp != kwo) printf("\n  kw %c%*s", *kp, 24, "");
     const char *pols = getenv("LS_BENCH_POLICY"); /* e.g. "13": the dp4a then the small-M kernel */
     if (!pols) pols = "0";
     for (const char *pp = pols; *pp; pp++)
@@ -624,6 +629,8 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
             printf("  M=%lld %6.1f us %5.0f GB/s", (long long)M, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
     }
     ls_cuda_mmq_policy(0);
+    }
+    ls_cuda_mmq_kw_override(0);
     printf("\n");
     CK(cudaGetLastError());
     for (void *p : bufs) cudaFree(p);
@@ -707,9 +714,10 @@ int main(int argc, char **argv) {
         {"q5_ku", LS_TYPE_Q5_K, 0, 0, LS_TYPE_F32, 35, 2816, 2, false},
         {"q6_k", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 200, 1280, 0, true},
         {"q6_kb", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 53, 5376, 0, false},
-        /* rows long enough for four k-warps (kw_of: >= 256 chunks) */
-        {"q8_0k", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 37, 9216, 0, false},
-        {"q4_kk", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 21, 16384, 2, false},
+        /* rows long enough for four and two k-warps (kw_of: 2048 / 1024 chunks, Q6_K 256) */
+        {"q8_0k", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 37, 65536, 0, false},
+        {"q4_kk", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 21, 65536, 2, false},
+        {"q6_kk", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 29, 8192, 0, false},
     };
     const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
     const ls_type sbs[] = {LS_TYPE_F32, LS_TYPE_F16, LS_TYPE_BF16};
@@ -724,7 +732,7 @@ int main(int argc, char **argv) {
         }
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 130, 5376, 0, true});
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 130, 5376, 0, true});
-    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 45, 10240, 0, false});
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 45, 32768, 0, false});
     int fails = 0;
     for (const Case &c : cases) fails += !test_case(c, quick);
     fails += !test_group("q4_0", LS_TYPE_Q4_0, 0) + !test_group("q5_0", LS_TYPE_Q5_0, 0);

@@ -80,6 +80,10 @@ int ls_cuda_mmq_policy(int policy);
  * per warp, -1 = each type's default; the same bits by construction).
  * Returns the previous value, -2 for a bad one. Process-wide. */
 int ls_cuda_mmq_gemv_variant(int v);
+/* Benchmarks only: every integer-path weight split over kw k-warps (1, 2, 4; 0 = the
+ * shape's own, kw_of). kw fixes the reduction order (docs/cuda.md 2a), so a different kw
+ * gives different bits: never set while a model runs. Returns the previous value. */
+int ls_cuda_mmq_kw_override(int kw);
 
 /* dst[i][w->cols] = dequantized row ids[i] of the table w (ids: device int32 array of n),
  * bit-identical to the CPU reference dequantizer. Same rules as ls_cuda_matmul; ids out of

@@ -417,9 +417,8 @@ __device__ __forceinline__ void row_ptrs(const Ctx &c, int64_t n0, const uint8_t
 
 /* ---------------------------------------------------------------------------------------
  * The kernel: 4 warps = KW k-warps x (4 / KW) row-warps of WR weight rows each, one tile
- * of up to RT activation rows. KW (1, 2 or 4) is a function of the weight's shape alone
- * (kw_of): long rows are split over more warps so that a matrix with few rows still fills
- * the GPU. k-warp kw takes lane chunks kw * 32 + lane + 32 KW j; the 32 KW partials are
+ * of up to RT activation rows. KW (1, 2 or 4) is a function of the weight's type and
+ * shape alone (kw_of): very long rows (Q6_K: long rows) are split over more warps. k-warp kw takes lane chunks kw * 32 + lane + 32 KW j; the 32 KW partials are
  * added in order by one thread per output (mmq_common.cuh). */
 template <class T, int RT>
 __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
@@ -724,6 +723,14 @@ void gemv_group_launch(int v, cudaStream_t st, dim3 grid, const Group &g, const 
  * the kernels on small matrices with it; benchmarks A/B them). */
 std::atomic<int> g_policy{0};
 
+/* ls_cuda_mmq_kw_override: 0 = kw_of (the shape decides), else that k-warp count for every
+ * weight. Benchmarks only: kw sets the reduction order, so it changes the bits. */
+std::atomic<int> g_kw{0};
+int kw_pick(int key, int nch) {
+    const int k = g_kw.load(std::memory_order_relaxed);
+    return k ? k : kw_of(key, nch);
+}
+
 size_t rows_bytes(int64_t rows, int64_t K) {
     return (size_t)rows * (size_t)(K / QB) * (XB_BYTES + sizeof(Meta));
 }
@@ -732,7 +739,7 @@ template <class T>
 int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y, void *scratch, size_t scratch_bytes,
            bool act_ready) {
     c.nch = (int)(c.K / (QB * T::XB));
-    c.kw = kw_of(c.nch);
+    c.kw = kw_pick(key, c.nch);
     const int64_t bn = WR * (WARPS / c.kw); /* weight rows per block */
     const int64_t nb = (c.N + bn - 1) / bn;
     const size_t per_row = rows_bytes(1, c.K);
@@ -790,7 +797,7 @@ int launch_group(cudaStream_t st, int key, Group g, const float *x, int64_t M, v
     for (int i = 0; i < g.n; i++) {
         Ctx &c = g.c[i];
         c.nch = (int)(c.K / (QB * T::XB));
-        c.kw = kw_of(c.nch);
+        c.kw = kw_pick(key, c.nch);
         const int64_t bn = WR * (WARPS / c.kw);
         g.nb[i] = (c.N + bn - 1) / bn;
         nb += g.nb[i];
@@ -857,6 +864,11 @@ extern "C" int ls_cuda_mmq_key(const ls_weight *w) {
 extern "C" int ls_cuda_mmq_policy(int policy) {
     if (policy < 0 || policy > 3) return -1;
     return g_policy.exchange(policy);
+}
+
+extern "C" int ls_cuda_mmq_kw_override(int kw) {
+    if (kw != 0 && kw != 1 && kw != 2 && kw != 4) return -1;
+    return g_kw.exchange(kw);
 }
 
 extern "C" int ls_cuda_mmq_gemv_variant(int v) {

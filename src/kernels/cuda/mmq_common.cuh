@@ -4,7 +4,7 @@
  * docs/cuda.md section 2a states the numerics.
  *
  * The order, per output y[m][n] of a weight with nch lane chunks (a chunk is XB activation
- * blocks of 32) and U = 32 kw_of(nch) virtual lanes:
+ * blocks of 32) and U = 32 kw_of(key, nch) virtual lanes:
  *   p[u] = the f32 accumulator of virtual lane u (u < min(U, nch)), starting at 0 and
  *          folding chunks u, u + U, u + 2U, .. in increasing order, each chunk's blocks in
  *          order, by the type's acc_block steps (fmaf with the block's exact integer sum);
@@ -85,9 +85,16 @@ __device__ __forceinline__ uint32_t spread_nibble(uint32_t n) {
     return (((n & 0xfu) * 0x00204081u) & 0x01010101u) << 4;
 }
 
-/* k-warps of a weight: enough lane chunks for each (>= 2 per lane) before splitting. */
-inline int kw_of(int nch) {
-    return nch >= 4 * 64 ? 4 : nch >= 2 * 64 ? 2 : 1;
+/* k-warps of a weight, a property of its type (key as ls_cuda_mmq_key) and its chunks per
+ * row: it fixes U and so the reduction order above. One k-warp up to 1023 chunks: at 168 and
+ * 672 chunks (a 31B / 27B MLP's 21504 x 5376 and 5376 x 21504) it streams a one-row call
+ * 4-14% faster than two or four (MLX 4-bit 24.6 vs 28.7 us, 22.9 vs 25.8; Q4_K 32.6 vs
+ * 37.8; MLX 8-bit 38.7 vs 40.2; H200, docs/benchmarks.md session 10) and tiles of 512 rows
+ * alike. Q6_K keeps splitting from 128 chunks: its dp4a tiles of 2..8 rows lose up to a
+ * third with one k-warp (5376 x 21504, 4 rows: 133 vs 101 us). */
+inline int kw_of(int key, int nch) {
+    if (key == LS_TYPE_Q6_K) return nch >= 4 * 64 ? 4 : nch >= 2 * 64 ? 2 : 1;
+    return nch >= 2048 ? 4 : nch >= 1024 ? 2 : 1;
 }
 
 /* mmq_mma.cu: y[M][N] for activation rows already quantized to xq / xm (c.nch and c.kw
