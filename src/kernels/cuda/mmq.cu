@@ -418,8 +418,9 @@ __device__ __forceinline__ void row_ptrs(const Ctx &c, int64_t n0, const uint8_t
 /* ---------------------------------------------------------------------------------------
  * The kernel: 4 warps = KW k-warps x (4 / KW) row-warps of WR weight rows each, one tile
  * of up to RT activation rows. KW (1, 2 or 4) is a function of the weight's type and
- * shape alone (kw_of): very long rows (Q6_K: long rows) are split over more warps. k-warp kw takes lane chunks kw * 32 + lane + 32 KW j; the 32 KW partials are
- * added in order by one thread per output (mmq_common.cuh). */
+ * shape alone (kw_of): very long rows (Q6_K: from 128 chunks) are split over more warps.
+ * k-warp kw takes lane chunks kw * 32 + lane + 32 KW j; the 32 KW partials are added in
+ * order by one thread per output (mmq_common.cuh). */
 template <class T, int RT>
 __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
                                          float *__restrict__ y, int64_t m0, int nr, int KW, int64_t yb) {
