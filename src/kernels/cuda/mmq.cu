@@ -667,7 +667,12 @@ std::atomic<int> g_gemv{-1};
  * --bench, docs/benchmarks.md session 9): the warp-per-rows kernel for MLX 8-bit (35.5 vs
  * 42.1 us at 5376 x 21504, 41.0 vs 43.2 at 21504 x 5376), Q8_0 rows of four k-warps (38.6
  * vs 41.1) and Q4_K rows of one (33.3 vs 35.0); mmq_body elsewhere (its 4-row warps with
- * KW = 2, 4 keep fewer registers: Q4_K / Q6_K / MLX 4-bit measured 10-50% slower here). */
+ * KW = 2, 4 keep fewer registers: Q4_K / Q6_K / MLX 4-bit measured 10-50% slower here).
+ * Since session 10 (kw_of: one k-warp up to 1023 chunks) those matrices are rows of one
+ * k-warp but for Q6_K: MLX 8-bit 38.7 / 33.5 vs 39.3 / 33.5 us, Q4_K 33.4 / 32.6 vs 35.0 /
+ * 34.4, MLX 4-bit 28.5 / 28.2 vs 24.6 / 22.9 (mmq_body), so the choices stand; Q8_0 rows of
+ * one k-warp measured 3-4% faster in this kernel (37.5 vs 39.1) but stay on mmq_body: the
+ * default model's Q8_0 rows, whose speed is set by launches, were not re-measured. */
 int gemv_default(int key, int kw) {
     switch (key) {
     case 108: return 1;
