@@ -34,7 +34,8 @@
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90,code=sm_90 -Xcompiler=-ffp-contract=off -I src -o build/test_cuda_matmul tests/cuda/test_cuda_matmul.cu src/kernels/cuda/matmul.cu build/cudatest/*.o -lm -lpthread
 // or against the library: nvcc ... tests/cuda/test_cuda_matmul.cu build/release/liblockstep.a -lcjson -lm -lpthread
 // Run: build/test_cuda_matmul [--quick] [--bench]   (--bench: LS_BENCH_ONLY=q4_k|q6_k|q8_0|mlx4|mlx8|bf16
-// and LS_BENCH_M=1|2|4|8|16|512 restrict it, e.g. to profile one launch with ncu)
+// and LS_BENCH_M=1|2|4|8|16|512 restrict it, e.g. to profile one launch with ncu; LS_BENCH_KW=124 runs every
+// call at 1, 2, then 4 k-warps: ls_cuda_mmq_kw_override, different bits, timing only)
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
