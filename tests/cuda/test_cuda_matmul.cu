@@ -582,54 +582,54 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
     const char *kwo = getenv("LS_BENCH_KW"); /* e.g. "12": every call at kw 1, then at 2 */
     if (!kwo) kwo = "0";
     for (const char *kp = kwo; *kp; kp++) {
-    ls_cuda_mmq_kw_override(*kp - '0');
-    if (kp != kwo) printf("\n  kw %c%*s", *kp, 24, "");
-    const char *pols = getenv("LS_BENCH_POLICY"); /* e.g. "13": the dp4a then the small-M kernel */
-    if (!pols) pols = "0";
-    for (const char *pp = pols; *pp; pp++)
-    for (int64_t M : {1, 2, 4, 5, 8, 16, 64, 512}) {
-        const char *onlym = getenv("LS_BENCH_M");
-        if (onlym && atoll(onlym) != M) continue;
-        if (M == 1 && pp != pols) printf("\n  %-27s", "");
-        if (M == 1) printf(" p%c", *pp);
-        ls_cuda_mmq_policy(*pp - '0');
-        if (*pp == '3' && M > 8) continue;
-        const int iters = M >= 64 ? 6 : 60;
-        const char *gv = getenv("LS_BENCH_GEMV"); /* M = 1 under each one-row variant, e.g. "01" */
-        if (M == 1 && gv && *pp != '3') {
-            for (const char *g = gv; *g; g++) {
-                const int prev = ls_cuda_mmq_gemv_variant(*g - '0');
-                for (int i = 0; i < NC; i++) ls_cuda_matmul(0, &ws[i], dx, 1, dy, scratch(), scratch_bytes());
-                CK(cudaEventRecord(e0));
-                for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, 1, dy, scratch(), scratch_bytes());
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                const double s = ms / 1e3 / iters;
-                printf("  v%c %6.1f us %5.0f GB/s", *g, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
-                ls_cuda_mmq_gemv_variant(prev);
+        ls_cuda_mmq_kw_override(*kp - '0');
+        if (kp != kwo) printf("\n  kw %c%*s", *kp, 24, "");
+        const char *pols = getenv("LS_BENCH_POLICY"); /* e.g. "13": the dp4a then the small-M kernel */
+        if (!pols) pols = "0";
+        for (const char *pp = pols; *pp; pp++)
+        for (int64_t M : {1, 2, 4, 5, 8, 16, 64, 512}) {
+            const char *onlym = getenv("LS_BENCH_M");
+            if (onlym && atoll(onlym) != M) continue;
+            if (M == 1 && pp != pols) printf("\n  %-27s", "");
+            if (M == 1) printf(" p%c", *pp);
+            ls_cuda_mmq_policy(*pp - '0');
+            if (*pp == '3' && M > 8) continue;
+            const int iters = M >= 64 ? 6 : 60;
+            const char *gv = getenv("LS_BENCH_GEMV"); /* M = 1 under each one-row variant, e.g. "01" */
+            if (M == 1 && gv && *pp != '3') {
+                for (const char *g = gv; *g; g++) {
+                    const int prev = ls_cuda_mmq_gemv_variant(*g - '0');
+                    for (int i = 0; i < NC; i++) ls_cuda_matmul(0, &ws[i], dx, 1, dy, scratch(), scratch_bytes());
+                    CK(cudaEventRecord(e0));
+                    for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, 1, dy, scratch(), scratch_bytes());
+                    CK(cudaEventRecord(e1));
+                    CK(cudaEventSynchronize(e1));
+                    float ms;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    const double s = ms / 1e3 / iters;
+                    printf("  v%c %6.1f us %5.0f GB/s", *g, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
+                    ls_cuda_mmq_gemv_variant(prev);
+                }
+                continue;
             }
-            continue;
+            for (int i = 0; i < NC; i++)
+                if (ls_cuda_matmul(0, &ws[i], dx, M, dy, scratch(), scratch_bytes()) != 0) {
+                    printf(" unsupported\n");
+                    return;
+                }
+            CK(cudaEventRecord(e0));
+            for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, M, dy, scratch(), scratch_bytes());
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double s = ms / 1e3 / iters;
+            if (M >= 64)
+                printf("  M=%lld %7.1f us %5.1f TFLOP/s", (long long)M, s * 1e6, 2.0 * M * N * K / s / 1e12);
+            else
+                printf("  M=%lld %6.1f us %5.0f GB/s", (long long)M, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
         }
-        for (int i = 0; i < NC; i++)
-            if (ls_cuda_matmul(0, &ws[i], dx, M, dy, scratch(), scratch_bytes()) != 0) {
-                printf(" unsupported\n");
-                return;
-            }
-        CK(cudaEventRecord(e0));
-        for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, M, dy, scratch(), scratch_bytes());
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        const double s = ms / 1e3 / iters;
-        if (M >= 64)
-            printf("  M=%lld %7.1f us %5.1f TFLOP/s", (long long)M, s * 1e6, 2.0 * M * N * K / s / 1e12);
-        else
-            printf("  M=%lld %6.1f us %5.0f GB/s", (long long)M, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
-    }
-    ls_cuda_mmq_policy(0);
+        ls_cuda_mmq_policy(0);
     }
     ls_cuda_mmq_kw_override(0);
     printf("\n");
