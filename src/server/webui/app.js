@@ -585,7 +585,6 @@
     render();
     if (content) hist.push({ role: 'assistant', content });
     else if (hist[hist.length - 1] && hist[hist.length - 1].role === 'user') hist.pop(); // no answer: not sent again
-    msg.dataset.state = info.stopped ? 'stopped' : error ? 'error' : 'done';
     if (error) {
       msg.appendChild(el('div', 'error', error));
       if (!content) body.remove();
@@ -594,6 +593,9 @@
       info.health = await refreshHealth();
       footer(msg, info);
     }
+    // The final state is set last, once the footer is in place: whoever watches data-state
+    // (the tests, a user script) then reads a finished answer, never one still awaiting /health.
+    msg.dataset.state = info.stopped ? 'stopped' : error ? 'error' : 'done';
     scrollDown(false);
     setBusy(null);
   }
