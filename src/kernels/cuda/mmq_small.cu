@@ -11,15 +11,17 @@
  * instructions per 512 weight bytes and stall on every load (measured: 0.5-1 TB/s), so a
  * block (16 weight rows) copies spans of its rows into shared memory with cp.async, two
  * stages deep: the copies run while the previous stage is multiplied, and a stage's 16 KB
- * cost 8 copy instructions a thread. The first stage is requested before the kernel waits
+ * cost 8 copy instructions a thread. An MLX row's scales and biases are staged with it (they
+ * were global loads in every fold's dependency chain: 4-10% of a 5-row call, session 11). The first stage is requested before the kernel waits
  * for its predecessor (pdl.cuh): weights are never written by a step.
  *
  * Order (mmq_common.cuh): lanes are taken in ranges of CW (= 4 warps x V chunks);
  * for a range the block walks the rounds j (chunks u0 + j U .. + CW - 1, one stage each),
  * warp w folding the chunks of lanes u0 + w V + v into a fresh f32 per output and lane
  * (fold1: the expressions of mmq.cu's acc_block for one mma tile); after the range's last
- * round the lanes' partials go through shared memory and one thread per output adds them,
- * in lane order, to its running total (the first lane starts the total). */
+ * round the lanes' partials go through shared memory (the stage buffer just read) and one
+ * thread per output adds them, in lane order, to its running total (the first lane starts
+ * the total). */
 #include <stdint.h>
 
 #include <atomic>
@@ -68,68 +70,68 @@ __device__ __forceinline__ void la2(uint32_t *o, const uint8_t *p) {
     for (int j = 0; j < NWD; j++) o[j] = __funnelshift_r(v[j], v[j + 1], sh);
 }
 
-/* A row's fixed pointers for the loaders: an MLX row's scales and biases (other types:
- * unused). */
-struct RowCtx {
-    const uint8_t *sc, *bi;
+/* A weight row's spans in the current stage, for the loaders: w = its bytes from the stage's
+ * first chunk j0 on; for MLX rows also sc / bi = its scales and biases from group ga =
+ * j0 >> gshift on (staged with the weights, so the fold never waits on a global load). */
+struct SRow {
+    const uint8_t *w, *sc, *bi;
+    int ga;
 };
-__device__ __forceinline__ RowCtx row_ctx(const Ctx &c, int n) {
-    const int sbz = c.sb_kind == 0 ? 4 : 2;
-    RowCtx r{nullptr, nullptr};
-    if (c.sc) r.sc = c.sc + (size_t)n * c.ng * sbz, r.bi = c.bi + (size_t)n * c.ng * sbz;
-    return r;
-}
 
-/* An MLX row's scale and bias of group g, from global memory (mmq_mma.cu's
- * mlx_scale_bias): storage SBK = 0 f32, 1 f16, 2 bf16 fixed at compile time, 3 = c.sb_kind. */
+/* An MLX row's scale and bias of group g = ci >> gshift, from the staged spans (mmq_mma.cu's
+ * mlx_scale_bias on the same bytes): storage SBK = 0 f32, 1 f16, 2 bf16 fixed at compile
+ * time, 3 = c.sb_kind. */
 template <int SBK>
-__device__ __forceinline__ void mlx_sb(WBlk &o, const Ctx &c, const RowCtx &rc, int g) {
+__device__ __forceinline__ void mlx_sb(WBlk &o, const Ctx &c, const SRow &r, int ci) {
     const int k = SBK == 3 ? c.sb_kind : SBK;
-    const uint32_t s = k == 0 ? ldw(rc.sc + 4 * g) : ldh(rc.sc + 2 * g);
-    const uint32_t b = k == 0 ? ldw(rc.bi + 4 * g) : ldh(rc.bi + 2 * g);
+    const int gl = (ci >> c.gshift) - r.ga;
+    const uint32_t s = k == 0 ? lw(r.sc + 4 * gl) : lh(r.sc + 2 * gl);
+    const uint32_t b = k == 0 ? lw(r.bi + 4 * gl) : lh(r.bi + 2 * gl);
     o.a = k == 0 ? __uint_as_float(s) : k == 1 ? f16f(s) : bf16f(s);
     o.b = k == 0 ? __uint_as_float(b) : k == 1 ? f16f(b) : bf16f(b);
 }
 
-/* Per-type loaders: XB WBlk of chunk ci for thread t4, from `span` = the staged copy of the
- * row's bytes from the stage's first chunk j0 on (cl = ci - j0; j0 is a multiple of CPS, so
- * a chunk's place in its superblock is cl % CPS). Each mirrors mmq_mma.cu's loader for the
+/* Per-type loaders: XB WBlk of chunk ci for thread t4, from the row's staged spans r (r.w =
+ * its bytes from the stage's first chunk j0 on: cl = ci - j0; j0 is a multiple of CPS, so a
+ * chunk's place in its superblock is cl % CPS). Each mirrors mmq_mma.cu's loader for the
  * type: the same bytes, the same f32 factor expressions. CPS chunks make a superblock of
- * SBB bytes; KIND selects fold1's expressions (mmq_mma.cu's KIND). */
+ * SBB bytes; KIND selects fold1's expressions (mmq_mma.cu's KIND); MLX: scales and biases
+ * are staged too; ALN: the loader has an 8-byte-word form for 16-byte aligned rows, chosen
+ * by AL (c.a16, one uniform branch per stage instead of a select per load). */
 template <int SBK>
 struct SMlx4 {
     static constexpr int XB = 1, CPS = 1, SBB = 16, KIND = 0;
-    static constexpr bool AU = true;
-    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, const RowCtx &rc, const uint8_t *span, int ci,
-                                                int cl, int t4) {
-        const uint32_t q = lw(span + 16 * cl + 4 * t4);
+    static constexpr bool AU = true, MLX = true, ALN = false;
+    template <bool AL>
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, const SRow &r, int ci, int cl, int t4) {
+        const uint32_t q = lw(r.w + 16 * cl + 4 * t4);
         o[0].lo = q & 0x0f0f0f0fu;
         o[0].hi = (q >> 4) & 0x0f0f0f0fu;
-        mlx_sb<SBK>(o[0], c, rc, ci >> c.gshift);
+        mlx_sb<SBK>(o[0], c, r, ci);
     }
 };
 template <int SBK>
 struct SMlx8 {
     static constexpr int XB = 1, CPS = 1, SBB = 32, KIND = 0;
-    static constexpr bool AU = true;
-    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, const RowCtx &rc, const uint8_t *span, int ci,
-                                                int cl, int t4) {
-        const uint8_t *p = span + 32 * cl + 8 * t4;
-        if (c.a16) { /* the span keeps the row's alignment: 8-byte words */
+    static constexpr bool AU = true, MLX = true, ALN = true;
+    template <bool AL>
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &c, const SRow &r, int ci, int cl, int t4) {
+        const uint8_t *p = r.w + 32 * cl + 8 * t4;
+        if (AL) { /* the span keeps the row's alignment: 8-byte words */
             const uint2 q = *reinterpret_cast<const uint2 *>(p);
             o[0].lo = q.x, o[0].hi = q.y;
         } else {
             o[0].lo = lw(p), o[0].hi = lw(p + 4);
         }
-        mlx_sb<SBK>(o[0], c, rc, ci >> c.gshift);
+        mlx_sb<SBK>(o[0], c, r, ci);
     }
 };
 struct SQ8_0 {
     static constexpr int XB = 1, CPS = 1, SBB = 34, KIND = 1;
-    static constexpr bool AU = false;
-    static __device__ __forceinline__ void load(WBlk *o, const Ctx &, const RowCtx &, const uint8_t *span, int,
-                                                int cl, int t4) {
-        const uint8_t *b = span + 34 * cl;
+    static constexpr bool AU = false, MLX = false, ALN = false;
+    template <bool AL>
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &, const SRow &r, int, int cl, int t4) {
+        const uint8_t *b = r.w + 34 * cl;
         uint32_t q[2];
         la2<2>(q, b + 2 + 8 * t4);
         o[0].lo = q[0];
@@ -140,10 +142,10 @@ struct SQ8_0 {
 };
 struct SQ4_K {
     static constexpr int XB = 2, CPS = 4, SBB = 144, KIND = 0;
-    static constexpr bool AU = true;
-    static __device__ __forceinline__ void load(WBlk *o, const Ctx &, const RowCtx &, const uint8_t *span, int,
-                                                int cl, int t4) {
-        const uint8_t *b = span + 144 * (cl >> 2);
+    static constexpr bool AU = true, MLX = false, ALN = false;
+    template <bool AL>
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &, const SRow &r, int, int cl, int t4) {
+        const uint8_t *b = r.w + 144 * (cl >> 2);
         const int g = cl & 3;
         uint32_t h[4], q[2];
         la2<4>(h, b);
@@ -163,10 +165,10 @@ struct SQ4_K {
 };
 struct SQ6_K {
     static constexpr int XB = 1, CPS = 8, SBB = 210, KIND = 2;
-    static constexpr bool AU = true;
-    static __device__ __forceinline__ void load(WBlk *o, const Ctx &, const RowCtx &, const uint8_t *span, int,
-                                                int cl, int t4) {
-        const uint8_t *b = span + 210 * (cl >> 3);
+    static constexpr bool AU = true, MLX = false, ALN = false;
+    template <bool AL>
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &, const SRow &r, int, int cl, int t4) {
+        const uint8_t *b = r.w + 210 * (cl >> 3);
         const int hf = (cl >> 2) & 1, t = cl & 3;
         uint32_t ql[2], qh[2];
         la2<2>(ql, b + 64 * hf + 32 * (t & 1) + 8 * t4);
@@ -191,11 +193,11 @@ struct SLegacy {
     static constexpr int XB = 1, CPS = 1, KIND = HM ? 0 : 3;
     static constexpr int SBB = 18 + 2 * HM + 4 * HH, QS = 2 + 2 * HM + 4 * HH;
     static constexpr int OFF = HM ? 0 : HH ? 16 : 8;
-    static constexpr bool AU = true;
-    static __device__ __forceinline__ void load(WBlk *o, const Ctx &, const RowCtx &, const uint8_t *span, int,
-                                                int cl, int t4) {
+    static constexpr bool AU = true, MLX = false, ALN = false;
+    template <bool AL>
+    static __device__ __forceinline__ void load(WBlk *o, const Ctx &, const SRow &r, int, int cl, int t4) {
         static_assert(HM == (OFF == 0), "a bias term or an offset, not both");
-        const uint8_t *b = span + SBB * cl;
+        const uint8_t *b = r.w + SBB * cl;
         uint32_t q[2];
         la2<2>(q, b + QS + 8 * (t4 & 1));
         const unsigned sh = t4 >= 2 ? 4u : 0u;
@@ -256,21 +258,20 @@ __device__ __forceinline__ void fold1(float (&la)[4], const WBlk &r0, const WBlk
     }
 }
 
-/* The activation side of block blk: the B fragment of column g (activation block offset
- * ao, clamped to a real row) and the metadata of the thread's columns 2 t4 + e (offsets
- * mo; only columns < nr are read): dx; X, or Q6_K's V0 bits and V1, or V0 + V1. */
+/* The activation side of one block: the B fragment at p (this thread's column g and
+ * k-slice t4, a real row) and the metadata m0 / m1 of the thread's columns 2 t4 + e (only
+ * columns < nr are read): dx; X, or Q6_K's V0 bits and V1, or V0 + V1. */
 template <class T>
 __device__ __forceinline__ void load_x1(XFrag &xf, float (&dx)[2], float (&xs)[2], int (&v1)[2],
-                                        const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int ao,
-                                        const int (&mo)[2], int64_t blk, int t4, int nr) {
-    const int8_t *p = xq + (int64_t)(ao + blk) * XB_BYTES + 8 * t4;
+                                        const int8_t *__restrict__ p, const Meta *__restrict__ m0,
+                                        const Meta *__restrict__ m1, int t4, int nr) {
     xf.h = __ldg(reinterpret_cast<const uint2 *>(p));
     xf.l = __ldg(reinterpret_cast<const uint2 *>(p + QB));
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         dx[e] = 0.0f, xs[e] = 0.0f, v1[e] = 0;
         if (2 * t4 + e >= nr) continue;
-        const float *mp = reinterpret_cast<const float *>(xm + mo[e] + blk);
+        const float *mp = reinterpret_cast<const float *>(e == 0 ? m0 : m1);
         if (T::KIND == 0) {
             const float2 v = __ldg(reinterpret_cast<const float2 *>(mp));
             dx[e] = v.x, xs[e] = v.y;
@@ -299,14 +300,53 @@ __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-/* Stage geometry of type T: V chunks per warp, CW per stage, SLOT bytes of shared memory
- * per weight row (the span rounded out to 16-byte copies, plus 16 for its misalignment). */
+/* Stage geometry of type T: V chunks per warp, CW per stage; per weight row SLOT bytes of
+ * shared memory (the span rounded out to 16-byte copies, plus 16 for its misalignment) and,
+ * for MLX rows, SSLOT for its scales and again for its biases (CW groups of up to 4 bytes,
+ * plus 16). The 16- and 32-byte MLX chunks' slots also sit SBB bytes past a multiple of 128,
+ * so that the rows one mma fragment load reads (lanes g = 0..7 at 4 bytes, or a half-warp's
+ * g = 0..3 at 8) fall in distinct banks: 1 or 2 wavefronts, not 2 or 4. A stage buffer
+ * holds the spans or, after a range's last round, the lanes' partials (stage_bytes). */
 template <class T>
 struct Geo {
     static constexpr int V = T::XB == 1 ? 8 : 4;
     static constexpr int CW = SW * V;
     static constexpr int SPAN = CW / T::CPS * T::SBB;
-    static constexpr int SLOT = (SPAN + 15) / 16 * 16 + 16;
+    static constexpr int SLOT0 = (SPAN + 15) / 16 * 16 + 16;
+    static constexpr int SKEW = T::MLX ? T::SBB : 0;
+    static constexpr int SLOT = SKEW ? (SLOT0 - SKEW + 127) / 128 * 128 + SKEW : SLOT0;
+    static constexpr int SSLOT = T::MLX ? 4 * CW + 16 : 0;
+    static constexpr int SPANS = ROWS * (SLOT + 2 * SSLOT);
+};
+/* Bytes of one stage buffer for a tile of nr activation rows: the spans, or the CW x ROWS x
+ * nr f32 partials when they are larger (16-byte multiple). */
+template <class T>
+__host__ __device__ inline int stage_bytes(int nr) {
+    using G = Geo<T>;
+    const int red = G::CW * ROWS * nr * (int)sizeof(float);
+    return ((G::SPANS > red ? G::SPANS : red) + 15) / 16 * 16;
+}
+
+/* Loads in flight against resident warps: H chunks' loads are issued before their mma and
+ * folds, and MINB blocks (of 4 warps) must fit an SM. H = 4 with 3 blocks (12 warps, 147-168
+ * registers) measured fastest on an H200 (test_cuda_matmul --bench, policy 3, 21504 x 5376 /
+ * 5376 x 21504, M = 5, us): MLX 8-bit 72.1 / 81.5, against 82.1 / 88.3 at H = 2 with 4 blocks
+ * (128 registers), 104 / 122 at H = 1 with 5 (96) and 80.5 / 84.9 before the scales were
+ * staged (docs/benchmarks.md, session 11): more resident warps do not make up for fewer
+ * loads in flight per warp. LS_SMALL_MINB / LS_SMALL_H override both (compile-time, for
+ * measuring). */
+template <class T>
+struct Occ {
+#ifdef LS_SMALL_MINB
+    static constexpr int MINB = LS_SMALL_MINB;
+#else
+    static constexpr int MINB = 3;
+#endif
+#ifdef LS_SMALL_H
+    static constexpr int H = T::XB == 1 ? LS_SMALL_H : 2;
+#else
+    static constexpr int H = T::XB == 1 ? 4 : 2;
+#endif
 };
 
 /* The stage sequence: lane range u0 (step CW, below nu), round j0 = u0, u0 + U, .. (below
@@ -327,33 +367,104 @@ __device__ __forceinline__ int stage_chunks(const Cursor &s, int CW, int nu, int
     return m < CW ? m : CW;
 }
 
+__device__ __forceinline__ const uint8_t *down16(const uint8_t *p) {
+    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15);
+}
+
+/* The global bytes [p0, p1) of one row, rounded out to 16-byte pieces, into its slot: the
+ * calling thread copies pieces q, q + 8, .. (q = t % 8); bytes at or past `end` (the end of
+ * the array) are zero-filled, never read. */
+__device__ __forceinline__ void copy_span(uint8_t *slot, const uint8_t *p0, const uint8_t *p1, const uint8_t *end) {
+    const int q = threadIdx.x & 7;
+    const uint8_t *src = down16(p0) + 16 * q;
+    uint8_t *dst = slot + 16 * q;
+    for (; src < p1; src += 128, dst += 128) {
+        const int64_t left = end - src;
+        cp16(dst, src, left < 16 ? (int)left : 16);
+    }
+}
+
+/* Where a thread's copies come from: weight row t / 8 (clamped to a real row) and, for MLX,
+ * its scales and biases; the ends of the three arrays. */
+struct CopyRow {
+    const uint8_t *w, *wend, *sc, *bi, *send, *bend;
+};
+
 /* Copy stage s of the block's 16 rows into buf (one commit group, empty past the end):
- * thread t copies row t / 8 (row: its start in global memory), 16-byte pieces t % 8,
- * t % 8 + 8, .. of the span rounded out to 16 bytes; bytes past the weight's end (wend)
- * are zero-filled, never read. */
+ * thread t copies row t / 8's span, then its scales' and biases' spans. */
 template <class T>
-__device__ __forceinline__ void issue(uint8_t *buf, const Ctx &c, const uint8_t *row, const uint8_t *wend,
-                                      const Cursor &s, int nu) {
+__device__ __forceinline__ void issue(uint8_t *buf, const Ctx &c, const CopyRow &r, const Cursor &s, int nu) {
     using G = Geo<T>;
     if (s.u0 < nu) {
         const int cnt = stage_chunks(s, G::CW, nu, c.nch);
         const int64_t b0 = (int64_t)(s.j0 / T::CPS) * T::SBB;
         const int64_t b1 = (int64_t)((s.j0 + cnt + T::CPS - 1) / T::CPS) * T::SBB;
-        const int q = threadIdx.x & 7;
-        const uint8_t *src =
-            reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(row + b0) & ~(uintptr_t)15) + 16 * q;
-        uint8_t *dst = buf + (threadIdx.x >> 3) * G::SLOT + 16 * q;
-        for (const uint8_t *end = row + b1; src < end; src += 128, dst += 128) {
-            const int64_t left = wend - src;
-            cp16(dst, src, left < 16 ? (int)left : 16);
+        const int row = threadIdx.x >> 3;
+        copy_span(buf + row * G::SLOT, r.w + b0, r.w + b1, r.wend);
+        if constexpr (T::MLX) {
+            const int sbz = c.sb_kind == 0 ? 4 : 2;
+            const int64_t g0 = (int64_t)(s.j0 >> c.gshift) * sbz, g1 = (int64_t)(((s.j0 + cnt - 1) >> c.gshift) + 1) * sbz;
+            uint8_t *sb = buf + ROWS * G::SLOT + row * G::SSLOT;
+            copy_span(sb, r.sc + g0, r.sc + g1, r.send);
+            copy_span(sb + ROWS * G::SSLOT, r.bi + g0, r.bi + g1, r.bend);
         }
     }
     cp_commit();
 }
 
+/* The activation side of one stage for a warp: byte offset x of its first chunk's B
+ * fragment (this thread's column g and k-slice t4) in xq, and block offsets m0 / m1 of the
+ * metadata of columns 2 t4 + e in xm; chunk i of the warp's V, block b, is o = i XB + b
+ * blocks further. 32-bit offsets (a pass's scratch is below 2^31 bytes): three registers
+ * instead of three pointers, which the 128-register MLX kernels would recompute per chunk. */
+struct XStage {
+    const int8_t *xq;
+    const Meta *xm;
+    uint32_t x, m0, m1;
+};
+
+/* The stage's chunks cl = warp V + h0 + i (i < H, below cnt) for this thread's rows r0 / r1:
+ * every load first, then the mma and folds (independent chains the scheduler can overlap). */
+template <class T, bool AL>
+__device__ __forceinline__ void stage_compute(float (&la)[Geo<T>::V][4], const Ctx &c, const SRow &r0,
+                                              const SRow &r1, const XStage &xs_, int j0, int cnt, int warp, int t4,
+                                              int nr) {
+    using G = Geo<T>;
+    constexpr int V = G::V;
+    constexpr int H = Occ<T>::H;
+#pragma unroll
+    for (int h0 = 0; h0 < V; h0 += H) {
+        WBlk w0[H][T::XB], w1[H][T::XB];
+        XFrag xf[H][T::XB];
+        float dx[H][T::XB][2], xs[H][T::XB][2];
+        int v1[H][T::XB][2];
+#pragma unroll
+        for (int i = 0; i < H; i++) {
+            const int cl = warp * V + h0 + i;
+            if (cl >= cnt) break; /* uniform */
+            const int ci = j0 + cl;
+            T::template load<AL>(w0[i], c, r0, ci, cl, t4);
+            T::template load<AL>(w1[i], c, r1, ci, cl, t4);
+#pragma unroll
+            for (int b = 0; b < T::XB; b++) {
+                const int o = (h0 + i) * T::XB + b;
+                load_x1<T>(xf[i][b], dx[i][b], xs[i][b], v1[i][b], xs_.xq + (xs_.x + (uint32_t)o * XB_BYTES),
+                           xs_.xm + (xs_.m0 + (uint32_t)o), xs_.xm + (xs_.m1 + (uint32_t)o), t4, nr);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < H; i++) {
+            if (warp * V + h0 + i >= cnt) break;
+#pragma unroll
+            for (int b = 0; b < T::XB; b++)
+                fold1<T>(la[h0 + i], w0[i][b], w1[i][b], xf[i][b], dx[i][b], xs[i][b], v1[i][b], t4, nr);
+        }
+    }
+}
+
 /* One weight's tile: rows n0 .. n0 + 15, activation rows m0 .. m0 + nr - 1 (nr <= 8).
- * smem: two stage buffers of ROWS x SLOT bytes, then CW x ROWS x nr f32 partials. The
- * first stages' copies are issued before ls::pdl::enter() (the kernel's entry). */
+ * smem: two stage buffers of stage_bytes(nr). The first stages' copies are issued before
+ * ls::pdl::enter() (the kernel's entry). */
 template <class T, bool ONE>
 __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restrict__ xq,
                                            const Meta *__restrict__ xm, float *__restrict__ y, int64_t n0,
@@ -361,19 +472,29 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
     const int nr = ONE ? 1 : nr_; /* ONE: a one-row call, compiled without the other columns */
     using G = Geo<T>;
     constexpr int V = G::V, CW = G::CW;
-    /* stage buffer i at smem + i ROWS SLOT */
-    float *red = reinterpret_cast<float *>(smem + 2 * ROWS * G::SLOT);
+    const int SB = stage_bytes<T>(nr); /* stage buffer i at smem + i SB */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const int nch = c.nch, U = 32 * c.kw, nu = nch < U ? nch : U;
+    const int sbz = c.sb_kind == 0 ? 4 : 2;
 
     static_assert(32 * SW == 8 * ROWS, "issue(): 8 copying threads a row");
-    const int64_t nc = n0 + (threadIdx.x >> 3) < c.N ? n0 + (threadIdx.x >> 3) : c.N - 1;
-    const uint8_t *crow = c.w + (size_t)nc * c.row_bytes, *wend = c.w + (size_t)c.N * c.row_bytes;
+    CopyRow cr;
+    {
+        const int64_t nc = n0 + (threadIdx.x >> 3) < c.N ? n0 + (threadIdx.x >> 3) : c.N - 1;
+        cr.w = c.w + (size_t)nc * c.row_bytes;
+        cr.wend = c.w + (size_t)c.N * c.row_bytes;
+        cr.sc = cr.bi = cr.send = cr.bend = nullptr;
+        if (T::MLX) {
+            const size_t rs = (size_t)c.ng * sbz;
+            cr.sc = c.sc + (size_t)nc * rs, cr.bi = c.bi + (size_t)nc * rs;
+            cr.send = c.sc + (size_t)c.N * rs, cr.bend = c.bi + (size_t)c.N * rs;
+        }
+    }
     Cursor ld{0, 0};
-    issue<T>(smem, c, crow, wend, ld, nu);
+    issue<T>(smem, c, cr, ld, nu);
     advance(ld, U, CW, nch);
-    issue<T>(smem + ROWS * G::SLOT, c, crow, wend, ld, nu);
+    issue<T>(smem + SB, c, cr, ld, nu);
     advance(ld, U, CW, nch);
     ls::pdl::enter(); /* activations and y: only after the predecessors are done */
 
@@ -383,8 +504,13 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
     int mo[2];
 #pragma unroll
     for (int e = 0; e < 2; e++) mo[e] = (int)((m0 + (2 * t4 + e < nr ? 2 * t4 + e : nr - 1)) * nbk);
-    const RowCtx rc0 = row_ctx(c, wn0), rc1 = row_ctx(c, wn1);
     const uint8_t *g0 = c.w + (size_t)wn0 * c.row_bytes, *g1 = c.w + (size_t)wn1 * c.row_bytes;
+    const uint8_t *s0 = nullptr, *s1 = nullptr, *q0 = nullptr, *q1 = nullptr; /* MLX scale / bias rows */
+    if (T::MLX) {
+        const size_t rs = (size_t)c.ng * sbz;
+        s0 = c.sc + (size_t)wn0 * rs, s1 = c.sc + (size_t)wn1 * rs;
+        q0 = c.bi + (size_t)wn0 * rs, q1 = c.bi + (size_t)wn1 * rs;
+    }
     float la[V][4];
     float tot = 0.0f; /* output (row t / nr, column t % nr) for threads t < 16 nr */
     Cursor cs{0, 0};
@@ -399,40 +525,32 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
         }
         const int cnt = stage_chunks(cs, CW, nu, nch);
         const int64_t b0 = (int64_t)(cs.j0 / T::CPS) * T::SBB;
-        uint8_t *buf = smem + (s & 1) * ROWS * G::SLOT;
-        /* where each row's span starts in its slot: its misalignment in global memory */
-        const uint8_t *sp0 = buf + g * G::SLOT + ((uintptr_t)(g0 + b0) & 15u);
-        const uint8_t *sp1 = buf + (g + 8) * G::SLOT + ((uintptr_t)(g1 + b0) & 15u);
-        /* H chunks at a time: every load first, then the mma and folds (independent
-         * chains the scheduler can overlap) */
-        constexpr int H = T::XB == 1 ? 4 : 2;
-#pragma unroll
-        for (int h0 = 0; h0 < V; h0 += H) {
-            WBlk w0[H][T::XB], w1[H][T::XB];
-            XFrag xf[H][T::XB];
-            float dx[H][T::XB][2], xs[H][T::XB][2];
-            int v1[H][T::XB][2];
-#pragma unroll
-            for (int i = 0; i < H; i++) {
-                const int cl = warp * V + h0 + i;
-                if (cl >= cnt) break; /* uniform */
-                const int ci = cs.j0 + cl;
-                T::load(w0[i], c, rc0, sp0, ci, cl, t4);
-                T::load(w1[i], c, rc1, sp1, ci, cl, t4);
-#pragma unroll
-                for (int b = 0; b < T::XB; b++)
-                    load_x1<T>(xf[i][b], dx[i][b], xs[i][b], v1[i][b], xq, xm, ao, mo, (int64_t)ci * T::XB + b,
-                               t4, nr);
-            }
-#pragma unroll
-            for (int i = 0; i < H; i++) {
-                if (warp * V + h0 + i >= cnt) break;
-#pragma unroll
-                for (int b = 0; b < T::XB; b++)
-                    fold1<T>(la[h0 + i], w0[i][b], w1[i][b], xf[i][b], dx[i][b], xs[i][b], v1[i][b], t4, nr);
-            }
+        uint8_t *buf = smem + (s & 1) * SB;
+        /* where each row's spans start in their slots: their misalignment in global memory */
+        SRow r0{buf + g * G::SLOT + ((uintptr_t)(g0 + b0) & 15u), nullptr, nullptr, 0};
+        SRow r1{buf + (g + 8) * G::SLOT + ((uintptr_t)(g1 + b0) & 15u), nullptr, nullptr, 0};
+        if (T::MLX) {
+            const int ga = cs.j0 >> c.gshift;
+            const int64_t go = (int64_t)ga * sbz;
+            const uint8_t *sb = buf + ROWS * G::SLOT, *bb = sb + ROWS * G::SSLOT;
+            r0.sc = sb + g * G::SSLOT + ((uintptr_t)(s0 + go) & 15u);
+            r1.sc = sb + (g + 8) * G::SSLOT + ((uintptr_t)(s1 + go) & 15u);
+            r0.bi = bb + g * G::SSLOT + ((uintptr_t)(q0 + go) & 15u);
+            r1.bi = bb + (g + 8) * G::SSLOT + ((uintptr_t)(q1 + go) & 15u);
+            r0.ga = r1.ga = ga;
+        }
+        const uint32_t blk0 = (uint32_t)((cs.j0 + warp * V) * T::XB); /* the warp's first block */
+        const XStage xst{xq, xm, ((uint32_t)ao + blk0) * XB_BYTES + 8 * t4, (uint32_t)mo[0] + blk0,
+                         (uint32_t)mo[1] + blk0};
+        if constexpr (T::ALN) {
+            if (c.a16) stage_compute<T, true>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
+            else stage_compute<T, false>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
+        } else {
+            stage_compute<T, false>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
         }
         if (cs.j0 + U >= nch) { /* the range's last round: its lanes join the totals */
+            float *red = reinterpret_cast<float *>(buf); /* the stage's spans are read: reused */
+            __syncthreads();
 #pragma unroll
             for (int v = 0; v < V; v++) {
                 const int l = warp * V + v;
@@ -454,8 +572,8 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
                 }
             }
         }
-        __syncthreads(); /* the buffer (and red) are free again */
-        issue<T>(buf, c, crow, wend, ld, nu);
+        __syncthreads(); /* the buffer is free again */
+        issue<T>(buf, c, cr, ld, nu);
         advance(ld, U, CW, nch);
         advance(cs, U, CW, nch);
     }
@@ -479,7 +597,7 @@ struct SmallGroup {
 };
 
 template <class T, bool ONE>
-__global__ void __launch_bounds__(32 * SW) small_kernel(const SmallGroup sg, const int8_t *__restrict__ xq,
+__global__ void __launch_bounds__(32 * SW, Occ<T>::MINB) small_kernel(const SmallGroup sg, const int8_t *__restrict__ xq,
                                                          const Meta *__restrict__ xm, int64_t M) {
     extern __shared__ __align__(16) uint8_t smem[];
     int64_t yb = blockIdx.y;
@@ -504,13 +622,13 @@ int small_t(cudaStream_t st, const Ctx *c, float *const *y, int n, const int8_t 
         nb += sg.nb[i];
     }
     const int nr = (int)(M < COLS ? M : COLS);
-    const size_t smem = (size_t)2 * ROWS * G::SLOT + (size_t)G::CW * ROWS * nr * sizeof(float);
+    const size_t smem = (size_t)2 * stage_bytes<T>(nr);
     /* the shared-memory limit is a per-device attribute: raised once on each device (bit d) */
     static std::atomic<unsigned> raised{0};
     int dev = 0;
     if (smem > 48 * 1024 && cudaGetDevice(&dev) == cudaSuccess &&
         (dev >= 32 || !(raised.load(std::memory_order_relaxed) & (1u << dev)))) {
-        const int cap = 2 * ROWS * G::SLOT + G::CW * ROWS * COLS * (int)sizeof(float);
+        const int cap = 2 * stage_bytes<T>(COLS);
         if (cudaFuncSetAttribute(small_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, cap) !=
             cudaSuccess)
             return -1;
