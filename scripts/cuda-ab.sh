@@ -61,8 +61,8 @@ for side in A B A B; do
   row "$side 31B L$LAYERS decode tok/s | verify4/step" "$(echo "$out" | field decode_tok_s) | $(echo "$out" | field verify_over_step)"
 done
 for k in 2 4 8 16; do
-  "$B/lockstep" probe --device cuda -m "$M" --draft-block-size $k > "$DIR/probe$k.txt" 2>&1
-  row "B probe 31B L$LAYERS K=$k" "$([ $? -eq 0 ] && echo PASS || echo FAIL)"
+  if "$B/lockstep" probe --device cuda -m "$M" --draft-block-size $k > "$DIR/probe$k.txt" 2>&1; then r=PASS; else r=FAIL; fi
+  row "B probe 31B L$LAYERS K=$k" "$r"
 done
 
 echo

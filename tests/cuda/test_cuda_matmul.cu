@@ -733,6 +733,9 @@ int main(int argc, char **argv) {
         }
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 130, 5376, 0, true});
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 130, 5376, 0, true});
+    /* MLX 8-bit rows off 16-byte alignment (the small-M kernel's 4-byte-word loader, mmq_small.cu
+     * ALN) with f32 scales of group 32 (the widest staged scale span) */
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 32, LS_TYPE_F32, 61, 1344, 4, false});
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 45, 32768, 0, false});
     int fails = 0;
     for (const Case &c : cases) fails += !test_case(c, quick);

@@ -82,7 +82,8 @@ int ls_cuda_mmq_policy(int policy);
 int ls_cuda_mmq_gemv_variant(int v);
 /* Benchmarks only: every integer-path weight split over kw k-warps (1, 2, 4; 0 = the
  * shape's own, kw_of). kw fixes the reduction order (docs/cuda.md 2a), so a different kw
- * gives different bits: never set while a model runs. Returns the previous value. */
+ * gives different bits: never set while a model runs. Returns the previous value, -1 for a
+ * bad one. */
 int ls_cuda_mmq_kw_override(int kw);
 
 /* dst[i][w->cols] = dequantized row ids[i] of the table w (ids: device int32 array of n),
