@@ -7,7 +7,7 @@
  * (whole random blocks: every bit pattern of scales and quants, finite f16 fields, negative
  * scales included) and random activations:
  *  (a) batch invariance, bit for bit (for the integer path also with every call forced
- *      through the tensor-core tiles, ls_cuda_mmq_policy(2)): every row of an M-row call, M in {1,2,3,4,5,7,8,9,15,
+ *      through each tensor-core tile kernel, ls_cuda_mmq_policy(2) and (4)): every row of an M-row call, M in {1,2,3,4,5,7,8,9,15,
  *      16,17,31,33,64} (and 512 for Q4_K, Q6_K, Q8_0, MLX 4/8-bit: mmq_mma.cu's tiles), memcmp-equal to that row computed alone
  *      (M = 1); also as part of a call whose rows start at an offset (other tile slots) and
  *      with activations at a 4-byte (not 16-byte) aligned address;
@@ -299,7 +299,15 @@ bool test_case(const Case &c, bool quick) {
             if (!run_mm(W, dx, M, dy, y, "mma")) ok = false;
             else cmp_rows(y, M, 0, "tensor-core tiles");
         }
-        /* the small-M tensor-core kernel (mmq_mma.cu small_launch) for every call */
+        /* the block tiles (mmq_tile.cu) for every call: partial tiles of both sides */
+        ls_cuda_mmq_policy(4);
+        for (int64_t M : {1, 2, 16, 17, 33, 64, 65, 512}) {
+            if (!ok || M > MX) break;
+            std::vector<float> y;
+            if (!run_mm(W, dx, M, dy, y, "tile")) ok = false;
+            else cmp_rows(y, M, 0, "block tiles");
+        }
+        /* the small-M tensor-core kernel (mmq_small.cu small_launch) for every call */
         ls_cuda_mmq_policy(3);
         for (int64_t M : {1, 2, 3, 5, 8, 9, 17}) {
             if (!ok || M > MX) break;

@@ -70,10 +70,10 @@ int ls_cuda_mmq_single_pass(int64_t rows, int64_t cols, size_t scratch_bytes);
 int ls_cuda_mmq_groupable(const ls_weight *a, const ls_weight *b, int64_t m, size_t scratch_bytes);
 int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const *w, const float *x, int64_t m, float *const *y,
                       void *scratch, size_t scratch_bytes, int act_ready);
-/* Tests only: which of the integer path's three kernels (same bits by construction) serves
- * a call: 0 = by shape (the default), 1 = the dp4a kernel always, 2 = the tensor-core
- * tiles always, 3 = the small-M tensor-core kernel always. Returns the previous policy,
- * -1 for a bad value. Process-wide. */
+/* Tests only: which of the integer path's four kernels (same bits by construction) serves
+ * a call: 0 = by shape (the default), 1 = the dp4a kernel always, 2 = the warp tiles
+ * (mmq_mma.cu) always, 3 = the small-M tensor-core kernel always, 4 = the block tiles
+ * (mmq_tile.cu) always. Returns the previous policy, -1 for a bad value. Process-wide. */
 int ls_cuda_mmq_policy(int policy);
 /* Tests, benchmarks and A/B runs only: which compilation of the dp4a kernel's one-row path
  * serves M = 1 calls (mmq.cu: 0 = the general body, 1 = gemv_kernel, 4 weight rows

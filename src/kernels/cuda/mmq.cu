@@ -724,9 +724,10 @@ void gemv_group_launch(int v, cudaStream_t st, dim3 grid, const Group &g, const 
 
 /* ---- host side ---- */
 
-/* ls_cuda_mmq_policy: 0 = the shape decides (use_mma, use_small), 1 = dp4a only, 2 =
- * tensor-core tiles for every call, 3 = the small-M kernel for every call (tests compare
- * the kernels on small matrices with it; benchmarks A/B them). */
+/* ls_cuda_mmq_policy: 0 = the shape decides (use_mma, use_tile, use_small), 1 = dp4a only,
+ * 2 = mmq_mma.cu's warp tiles for every call, 3 = the small-M kernel for every call, 4 =
+ * mmq_tile.cu's block tiles for every call (tests compare the kernels on small matrices with
+ * them; benchmarks A/B them). */
 std::atomic<int> g_policy{0};
 
 /* ls_cuda_mmq_kw_override: 0 = kw_of (the shape decides), else that k-warp count for every
@@ -766,6 +767,10 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
         else
             ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x + r0 * c.K, c.K, quads, xq, xm);
         const int pol = g_policy.load(std::memory_order_relaxed);
+        if (pol == 4 || (pol == 0 && ls::mmq::use_mma(mr, c.N) && ls::mmq::use_tile(key, c.a16 != 0, mr, c.N))) {
+            if (ls::mmq::tile_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0) return -1;
+            continue;
+        }
         if (pol == 2 || (pol == 0 && ls::mmq::use_mma(mr, c.N))) {
             if (ls::mmq::mma_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0) return -1;
             continue;
@@ -868,7 +873,7 @@ extern "C" int ls_cuda_mmq_key(const ls_weight *w) {
 }
 
 extern "C" int ls_cuda_mmq_policy(int policy) {
-    if (policy < 0 || policy > 3) return -1;
+    if (policy < 0 || policy > 4) return -1;
     return g_policy.exchange(policy);
 }
 

@@ -37,6 +37,8 @@ using ls::mmq::XB_BYTES;
 using ls::mmq::mma_k32;
 using ls::mmq::WBlk;
 using ls::mmq::XFrag;
+using ls::mmq::XSide;
+using ls::mmq::fold_block;
 
 constexpr int TW = 32; /* weight rows per warp */
 constexpr int TA = 32; /* activation rows per warp */
@@ -174,14 +176,6 @@ struct MLegacy {
     }
 };
 
-/* The activation side of block blk for this thread: B fragments of the 4 activation row
- * tiles and the metadata of its 8 output columns (dx; X, or Q6_K's V0 bits and V1, or
- * V0 + V1 for KIND 3). */
-struct XSide {
-    XFrag xf[4];
-    float dx[4][2], xs[4][2];
-    int v1[4][2];
-};
 template <class T>
 __device__ __forceinline__ void load_xside(XSide &o, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
                                            const int (&ao)[4], const int (&mo)[4][2], int64_t blk, int t4) {
@@ -204,56 +198,6 @@ __device__ __forceinline__ void load_xside(XSide &o, const int8_t *__restrict__ 
             } else {
                 const float4 v = __ldg(reinterpret_cast<const float4 *>(mp));
                 o.dx[j][e] = v.x, o.v1[j][e] = __float_as_int(v.z) + __float_as_int(v.w);
-            }
-        }
-    }
-}
-
-/* One block of the 32 x 32 tile: its exact integer sums by mma, then the per-output f32
- * steps of mmq.cu's acc_block for the type, folded into la. */
-template <class T>
-__device__ __forceinline__ void fold_block(float (&la)[2][4][4], const WBlk *const (&wr)[4], const XSide &x,
-                                           int t4) {
-#pragma unroll
-    for (int a = 0; a < 2; a++) {
-        const WBlk &r0 = *wr[2 * a], &r1 = *wr[2 * a + 1];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            if (T::KIND != 2) {
-                int sh[4], sl[4];
-                mma_k32<T::AU>(sh, r0.lo, r1.lo, r0.hi, r1.hi, x.xf[j].h.x, x.xf[j].h.y);
-                mma_k32<T::AU>(sl, r0.lo, r1.lo, r0.hi, r1.hi, x.xf[j].l.x, x.xf[j].l.y);
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const WBlk &r = k < 2 ? r0 : r1;
-                    int S = sh[k] * 256 + sl[k];
-                    if constexpr (T::KIND == 3) S -= T::OFF * x.v1[j][k & 1];
-                    float acc = fmaf(r.a * x.dx[j][k & 1], (float)S, la[a][j][k]);
-                    if (T::KIND == 0) acc = fmaf(r.b, x.xs[j][k & 1], acc);
-                    la[a][j][k] = acc;
-                }
-            } else {
-                /* Q6_K: the halves' sums separately; threads t4 < 2 hold half 0 */
-                const bool h0 = t4 < 2;
-                const uint32_t z = 0;
-                int s0h[4], s0l[4], s1h[4], s1l[4];
-                mma_k32<true>(s0h, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z, x.xf[j].h.x,
-                              x.xf[j].h.y);
-                mma_k32<true>(s0l, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z, x.xf[j].l.x,
-                              x.xf[j].l.y);
-                mma_k32<true>(s1h, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, x.xf[j].h.x,
-                              x.xf[j].h.y);
-                mma_k32<true>(s1l, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, x.xf[j].l.x,
-                              x.xf[j].l.y);
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const WBlk &r = k < 2 ? r0 : r1;
-                    const float d = x.dx[j][k & 1];
-                    const int S0 = (s0h[k] * 256 + s0l[k]) - 32 * __float_as_int(x.xs[j][k & 1]);
-                    const int S1 = (s1h[k] * 256 + s1l[k]) - 32 * x.v1[j][k & 1];
-                    const float acc = fmaf(r.a * d, (float)S0, la[a][j][k]);
-                    la[a][j][k] = fmaf(r.b * d, (float)S1, acc);
-                }
             }
         }
     }
