@@ -1,6 +1,8 @@
-/* The int8 tensor-core pieces shared by the integer path's two mma kernels (mmq_mma.cu:
- * tiles for large calls; mmq_small.cu: calls of up to 8 rows): one m16n8k32 product and
- * the per-thread fragments of a weight block and an activation block. The K order inside
+/* The int8 tensor-core pieces shared by the integer path's three mma kernels (mmq_mma.cu:
+ * warp tiles for large calls; mmq_tile.cu: block tiles for prefill-sized calls;
+ * mmq_small.cu: calls of up to 8 rows): one m16n8k32 product, the per-thread fragments of
+ * a weight block and an activation block, and the 32 x 32 tile's fold of one block
+ * (fold_block: the two tile kernels run this one definition). The K order inside
  * a 32-element block: thread t4 = lane & 3 holds the block's plane words 2 t4 and 2 t4 + 1
  * (8 consecutive plane bytes) as its k-slices 4 t4 and 16 + 4 t4, for the weight codes (A)
  * and the activation planes (B) alike; any common permutation gives the same exact sum.
