@@ -14,6 +14,9 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/mmq_common.cuh"
+
 namespace ls::mmq {
 
 /* C = A B over one m16n8k32 tile, C starting at 0; A unsigned or signed bytes. Not volatile:
@@ -48,6 +51,63 @@ struct WBlk {
 struct XFrag {
     uint2 h, l;
 };
+
+/* ---- the weight side of one chunk from its words, shared by the three mma kernels' loaders
+ * (they differ only in where the words come from: global or shared memory, aligned or not).
+ * Each is mmq.cu's prep for the type: the same f32 factor expressions on the same bits. */
+
+/* Q4_K chunk g (sub-blocks 2g, 2g + 1) of a superblock: h = its 16 header bytes (d, dmin,
+ * 12 scale bytes), q = this thread's 8 code bytes of the chunk. */
+__device__ __forceinline__ void q4k_chunk(WBlk *o, const uint32_t (&h)[4], const uint32_t (&q)[2], int g) {
+    const float d = ls::q::f16f(h[0]), dmin = ls::q::f16f(h[0] >> 16);
+    uint32_t sc, mn;
+    ls::q::k4_pair(h[1], h[2], h[3], g, sc, mn);
+    o[0].lo = q[0] & 0x0f0f0f0fu;
+    o[0].hi = q[1] & 0x0f0f0f0fu;
+    o[1].lo = (q[0] >> 4) & 0x0f0f0f0fu;
+    o[1].hi = (q[1] >> 4) & 0x0f0f0f0fu;
+    o[0].a = d * (float)(sc & 0xffu);
+    o[1].a = d * (float)((sc >> 8) & 0xffu);
+    o[0].b = -(dmin * (float)(mn & 0xffu));
+    o[1].b = -(dmin * (float)((mn >> 8) & 0xffu));
+}
+
+/* Q6_K block t (0..3) of half hf of a superblock: ql / qh = this thread's 8 low-bit and
+ * high-bit bytes, sc = the two 8-bit scales of the block's halves, dh = d's f16 bits. */
+__device__ __forceinline__ void q6k_block(WBlk &o, const uint32_t (&ql)[2], const uint32_t (&qh)[2], uint32_t sc,
+                                          uint32_t dh, int t) {
+    const float d = ls::q::f16f(dh);
+    const unsigned hs = 2u * (unsigned)t;
+    uint32_t u[2];
+#pragma unroll
+    for (int w = 0; w < 2; w++) {
+        const uint32_t lo = t >= 2 ? (ql[w] >> 4) & 0x0f0f0f0fu : ql[w] & 0x0f0f0f0fu;
+        u[w] = lo | (((qh[w] >> hs) & 0x03030303u) << 4);
+    }
+    o.lo = u[0];
+    o.hi = u[1];
+    o.a = d * (float)(int8_t)(sc & 0xffu);
+    o.b = d * (float)(int8_t)((sc >> 8) & 0xffu);
+}
+
+/* Q4_0 / Q4_1 / Q5_0 / Q5_1 block for thread t4 (elements 8 t4 .. 8 t4 + 7: the low (t4 < 2)
+ * or high nibbles of the code words q), qh = the fifth bits (HH), dh / mh = d's and m's f16
+ * bits (m only with HM). */
+template <bool HM, bool HH>
+__device__ __forceinline__ void legacy_block(WBlk &o, const uint32_t (&q)[2], uint32_t qh, uint32_t dh, uint32_t mh,
+                                             int t4) {
+    const unsigned sh = t4 >= 2 ? 4u : 0u;
+    uint32_t lo = (q[0] >> sh) & 0x0f0f0f0fu, hi = (q[1] >> sh) & 0x0f0f0f0fu;
+    if (HH) {
+        const uint32_t bits = qh >> (8 * t4);
+        lo |= spread_nibble(bits);
+        hi |= spread_nibble(bits >> 4);
+    }
+    o.lo = lo;
+    o.hi = hi;
+    o.a = ls::q::f16f(dh);
+    o.b = HM ? ls::q::f16f(mh) : 0.0f;
+}
 
 /* The activation side of block blk for this thread: B fragments of the 4 activation row
  * tiles and the metadata of its 8 output columns (dx; X, or Q6_K's V0 bits and V1, or

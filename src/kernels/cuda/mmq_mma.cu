@@ -107,17 +107,7 @@ struct MQ4_K {
         uint32_t h[4], q[2];
         ld16(h, b, c.a16);
         ld_a2<2>(q, b + 16 + 32 * g + 8 * t4);
-        const float d = f16f(h[0]), dmin = f16f(h[0] >> 16);
-        uint32_t sc, mn;
-        k4_pair(h[1], h[2], h[3], g, sc, mn);
-        o[0].lo = q[0] & 0x0f0f0f0fu;
-        o[0].hi = q[1] & 0x0f0f0f0fu;
-        o[1].lo = (q[0] >> 4) & 0x0f0f0f0fu;
-        o[1].hi = (q[1] >> 4) & 0x0f0f0f0fu;
-        o[0].a = d * (float)(sc & 0xffu);
-        o[1].a = d * (float)((sc >> 8) & 0xffu);
-        o[0].b = -(dmin * (float)(mn & 0xffu));
-        o[1].b = -(dmin * (float)((mn >> 8) & 0xffu));
+        ls::mmq::q4k_chunk(o, h, q, g);
     }
 };
 
@@ -131,19 +121,7 @@ struct MQ6_K {
         uint32_t ql[2], qh[2];
         ld_a2<2>(ql, b + 64 * hf + 32 * (t & 1) + 8 * t4);
         ld_a2<2>(qh, b + 128 + 32 * hf + 8 * t4);
-        const uint32_t sc = ldh(b + 192 + 8 * hf + 2 * t);
-        const float d = f16f(ldh(b + 208));
-        const unsigned hs = 2u * (unsigned)t;
-        uint32_t u[2];
-#pragma unroll
-        for (int w = 0; w < 2; w++) {
-            const uint32_t lo = t >= 2 ? (ql[w] >> 4) & 0x0f0f0f0fu : ql[w] & 0x0f0f0f0fu;
-            u[w] = lo | (((qh[w] >> hs) & 0x03030303u) << 4);
-        }
-        o[0].lo = u[0];
-        o[0].hi = u[1];
-        o[0].a = d * (float)(int8_t)(sc & 0xffu);
-        o[0].b = d * (float)(int8_t)((sc >> 8) & 0xffu);
+        ls::mmq::q6k_block(o[0], ql, qh, ldh(b + 192 + 8 * hf + 2 * t), ldh(b + 208), t);
     }
 };
 
@@ -161,18 +139,8 @@ struct MLegacy {
         const uint8_t *b = c.w + (size_t)n * c.row_bytes + (size_t)BYTES * ci;
         uint32_t q[2];
         ld_a2<2>(q, b + QS + 8 * (t4 & 1));
-        const unsigned sh = t4 >= 2 ? 4u : 0u;
-        uint32_t lo = (q[0] >> sh) & 0x0f0f0f0fu, hi = (q[1] >> sh) & 0x0f0f0f0fu;
-        if (HH) {
-            const uint32_t qh = HM ? ldw(b + 4) : ldh(b + 2) | ldh(b + 4) << 16;
-            const uint32_t bits = qh >> (8 * t4);
-            lo |= spread_nibble(bits);
-            hi |= spread_nibble(bits >> 4);
-        }
-        o[0].lo = lo;
-        o[0].hi = hi;
-        o[0].a = f16f(ldh(b));
-        o[0].b = HM ? f16f(ldh(b + 2)) : 0.0f;
+        const uint32_t qh = !HH ? 0u : HM ? ldw(b + 4) : ldh(b + 2) | ldh(b + 4) << 16;
+        ls::mmq::legacy_block<HM, HH>(o[0], q, qh, ldh(b), HM ? ldh(b + 2) : 0u, t4);
     }
 };
 

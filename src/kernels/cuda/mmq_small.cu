@@ -33,10 +33,12 @@
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/mmq_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/staging.cuh"
 
 namespace {
 
 using namespace ls::q;
+using namespace ls::stage;
 using ls::mmq::Meta;
 using ls::mmq::mma_k32;
 using ls::mmq::QB;
@@ -48,27 +50,6 @@ using ls::mmq::XFrag;
 constexpr int SW = 4;    /* warps per block */
 constexpr int ROWS = 16; /* weight rows per block: one m16 tile */
 constexpr int COLS = 8;  /* activation rows per block: one n8 tile */
-
-/* ---- loads from a staged row span (generic loads: the span is in shared memory) ---- */
-__device__ __forceinline__ uint32_t lw(const uint8_t *p) {
-    return *reinterpret_cast<const uint32_t *>(p);
-}
-__device__ __forceinline__ uint32_t lh(const uint8_t *p) {
-    return *reinterpret_cast<const uint16_t *>(p);
-}
-/* NWD words at a 2-byte aligned address (dequant.cuh's ld_a2 on generic memory) */
-template <int NWD>
-__device__ __forceinline__ void la2(uint32_t *o, const uint8_t *p) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const uint8_t *b = reinterpret_cast<const uint8_t *>(a & ~(uintptr_t)3);
-    const unsigned sh = (unsigned)(a & 3u) * 8u;
-    uint32_t v[NWD + 1];
-#pragma unroll
-    for (int j = 0; j < NWD; j++) v[j] = lw(b + 4 * j);
-    v[NWD] = lw(b + 4 * (sh ? NWD : NWD - 1));
-#pragma unroll
-    for (int j = 0; j < NWD; j++) o[j] = __funnelshift_r(v[j], v[j + 1], sh);
-}
 
 /* A weight row's spans in the current stage, for the loaders: w = its bytes from the stage's
  * first chunk j0 on; for MLX rows also sc / bi = its scales and biases from group ga =
@@ -150,17 +131,7 @@ struct SQ4_K {
         uint32_t h[4], q[2];
         la2<4>(h, b);
         la2<2>(q, b + 16 + 32 * g + 8 * t4);
-        const float d = f16f(h[0]), dmin = f16f(h[0] >> 16);
-        uint32_t sc, mn;
-        k4_pair(h[1], h[2], h[3], g, sc, mn);
-        o[0].lo = q[0] & 0x0f0f0f0fu;
-        o[0].hi = q[1] & 0x0f0f0f0fu;
-        o[1].lo = (q[0] >> 4) & 0x0f0f0f0fu;
-        o[1].hi = (q[1] >> 4) & 0x0f0f0f0fu;
-        o[0].a = d * (float)(sc & 0xffu);
-        o[1].a = d * (float)((sc >> 8) & 0xffu);
-        o[0].b = -(dmin * (float)(mn & 0xffu));
-        o[1].b = -(dmin * (float)((mn >> 8) & 0xffu));
+        ls::mmq::q4k_chunk(o, h, q, g);
     }
 };
 struct SQ6_K {
@@ -173,19 +144,7 @@ struct SQ6_K {
         uint32_t ql[2], qh[2];
         la2<2>(ql, b + 64 * hf + 32 * (t & 1) + 8 * t4);
         la2<2>(qh, b + 128 + 32 * hf + 8 * t4);
-        const uint32_t sc = lh(b + 192 + 8 * hf + 2 * t);
-        const float d = f16f(lh(b + 208));
-        const unsigned hs = 2u * (unsigned)t;
-        uint32_t u[2];
-#pragma unroll
-        for (int w = 0; w < 2; w++) {
-            const uint32_t lo = t >= 2 ? (ql[w] >> 4) & 0x0f0f0f0fu : ql[w] & 0x0f0f0f0fu;
-            u[w] = lo | (((qh[w] >> hs) & 0x03030303u) << 4);
-        }
-        o[0].lo = u[0];
-        o[0].hi = u[1];
-        o[0].a = d * (float)(int8_t)(sc & 0xffu);
-        o[0].b = d * (float)(int8_t)((sc >> 8) & 0xffu);
+        ls::mmq::q6k_block(o[0], ql, qh, lh(b + 192 + 8 * hf + 2 * t), lh(b + 208), t);
     }
 };
 template <bool HM, bool HH>
@@ -200,18 +159,8 @@ struct SLegacy {
         const uint8_t *b = r.w + SBB * cl;
         uint32_t q[2];
         la2<2>(q, b + QS + 8 * (t4 & 1));
-        const unsigned sh = t4 >= 2 ? 4u : 0u;
-        uint32_t lo = (q[0] >> sh) & 0x0f0f0f0fu, hi = (q[1] >> sh) & 0x0f0f0f0fu;
-        if (HH) {
-            const uint32_t qh = HM ? lw(b + 4) : lh(b + 2) | lh(b + 4) << 16;
-            const uint32_t bits = qh >> (8 * t4);
-            lo |= spread_nibble(bits);
-            hi |= spread_nibble(bits >> 4);
-        }
-        o[0].lo = lo;
-        o[0].hi = hi;
-        o[0].a = f16f(lh(b));
-        o[0].b = HM ? f16f(lh(b + 2)) : 0.0f;
+        const uint32_t qh = !HH ? 0u : HM ? lw(b + 4) : lh(b + 2) | lh(b + 4) << 16;
+        ls::mmq::legacy_block<HM, HH>(o[0], q, qh, lh(b), HM ? lh(b + 2) : 0u, t4);
     }
 };
 
@@ -287,19 +236,6 @@ __device__ __forceinline__ void load_x1(XFrag &xf, float (&dx)[2], float (&xs)[2
     }
 }
 
-/* ---- cp.async (sm_80+): 16 bytes global -> shared, bytes past src_bytes zero-filled ---- */
-__device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 /* Stage geometry of type T: V chunks per warp, CW per stage; per weight row SLOT bytes of
  * shared memory (the span rounded out to 16-byte copies, plus 16 for its misalignment) and,
  * for MLX rows, SSLOT for its scales and again for its biases (CW groups of up to 4 bytes,
@@ -365,10 +301,6 @@ __device__ __forceinline__ int stage_chunks(const Cursor &s, int CW, int nu, int
     const int a = nch - s.j0, b = nu - s.u0;
     const int m = a < b ? a : b;
     return m < CW ? m : CW;
-}
-
-__device__ __forceinline__ const uint8_t *down16(const uint8_t *p) {
-    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15);
 }
 
 /* The global bytes [p0, p1) of one row, rounded out to 16-byte pieces, into its slot: the

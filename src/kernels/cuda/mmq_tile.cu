@@ -28,10 +28,12 @@
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/mmq_frag.cuh"
+#include "kernels/cuda/staging.cuh"
 
 namespace {
 
 using namespace ls::q;
+using namespace ls::stage;
 using ls::mmq::fold_block;
 using ls::mmq::Meta;
 using ls::mmq::QB;
@@ -51,27 +53,6 @@ constexpr int TNS = 4;         /* stages in flight */
  * padding: a 96-byte stride puts the 8-byte B-fragment loads of a half-warp (rows g = 0..3
  * or 4..7, k-slices t4) in distinct banks. */
 constexpr int XROW = 96;
-
-/* ---- shared-memory loads (the spans are in shared memory; generic pointers) ---- */
-__device__ __forceinline__ uint32_t lw(const uint8_t *p) {
-    return *reinterpret_cast<const uint32_t *>(p);
-}
-__device__ __forceinline__ uint32_t lh(const uint8_t *p) {
-    return *reinterpret_cast<const uint16_t *>(p);
-}
-/* NWD words at a 2-byte aligned address */
-template <int NWD>
-__device__ __forceinline__ void la2(uint32_t *o, const uint8_t *p) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const uint8_t *b = reinterpret_cast<const uint8_t *>(a & ~(uintptr_t)3);
-    const unsigned sh = (unsigned)(a & 3u) * 8u;
-    uint32_t v[NWD + 1];
-#pragma unroll
-    for (int j = 0; j < NWD; j++) v[j] = lw(b + 4 * j);
-    v[NWD] = lw(b + 4 * (sh ? NWD : NWD - 1));
-#pragma unroll
-    for (int j = 0; j < NWD; j++) o[j] = __funnelshift_r(v[j], v[j + 1], sh);
-}
 
 /* ---- per-type spans and loaders ----
  * A weight row's bytes for one chunk are NSP spans (in the weight array, or for MLX rows in
@@ -154,17 +135,7 @@ struct BQ4_K {
         uint32_t h[4], q[2];
         la2<4>(h, p[0]);
         la2<2>(q, p[1] + 8 * t4);
-        const float d = f16f(h[0]), dmin = f16f(h[0] >> 16);
-        uint32_t sc, mn;
-        k4_pair(h[1], h[2], h[3], g, sc, mn);
-        o[0].lo = q[0] & 0x0f0f0f0fu;
-        o[0].hi = q[1] & 0x0f0f0f0fu;
-        o[1].lo = (q[0] >> 4) & 0x0f0f0f0fu;
-        o[1].hi = (q[1] >> 4) & 0x0f0f0f0fu;
-        o[0].a = d * (float)(sc & 0xffu);
-        o[1].a = d * (float)((sc >> 8) & 0xffu);
-        o[0].b = -(dmin * (float)(mn & 0xffu));
-        o[1].b = -(dmin * (float)((mn >> 8) & 0xffu));
+        ls::mmq::q4k_chunk(o, h, q, g);
     }
 };
 
@@ -177,17 +148,7 @@ struct BQ4_KA : BQ4_K {
         const uint4 hv = *reinterpret_cast<const uint4 *>(p[0]);
         const uint2 qv = *reinterpret_cast<const uint2 *>(p[1] + 8 * t4);
         const uint32_t h[4] = {hv.x, hv.y, hv.z, hv.w}, q[2] = {qv.x, qv.y};
-        const float d = f16f(h[0]), dmin = f16f(h[0] >> 16);
-        uint32_t sc, mn;
-        k4_pair(h[1], h[2], h[3], g, sc, mn);
-        o[0].lo = q[0] & 0x0f0f0f0fu;
-        o[0].hi = q[1] & 0x0f0f0f0fu;
-        o[1].lo = (q[0] >> 4) & 0x0f0f0f0fu;
-        o[1].hi = (q[1] >> 4) & 0x0f0f0f0fu;
-        o[0].a = d * (float)(sc & 0xffu);
-        o[1].a = d * (float)((sc >> 8) & 0xffu);
-        o[0].b = -(dmin * (float)(mn & 0xffu));
-        o[1].b = -(dmin * (float)((mn >> 8) & 0xffu));
+        ls::mmq::q4k_chunk(o, h, q, g);
     }
 };
 
@@ -210,19 +171,7 @@ struct BQ6_K {
         uint32_t ql[2], qh[2];
         la2<2>(ql, p[0] + 8 * t4);
         la2<2>(qh, p[1] + 8 * t4);
-        const uint32_t sc = lh(p[2] + 8 * hf + 2 * t);
-        const float d = f16f(lh(p[2] + 16));
-        const unsigned hs = 2u * (unsigned)t;
-        uint32_t u[2];
-#pragma unroll
-        for (int w = 0; w < 2; w++) {
-            const uint32_t lo = t >= 2 ? (ql[w] >> 4) & 0x0f0f0f0fu : ql[w] & 0x0f0f0f0fu;
-            u[w] = lo | (((qh[w] >> hs) & 0x03030303u) << 4);
-        }
-        o[0].lo = u[0];
-        o[0].hi = u[1];
-        o[0].a = d * (float)(int8_t)(sc & 0xffu);
-        o[0].b = d * (float)(int8_t)((sc >> 8) & 0xffu);
+        ls::mmq::q6k_block(o[0], ql, qh, lh(p[2] + 8 * hf + 2 * t), lh(p[2] + 16), t);
     }
 };
 
@@ -245,18 +194,8 @@ struct BLegacy {
         const uint8_t *b = p[0];
         uint32_t q[2];
         la2<2>(q, b + QS + 8 * (t4 & 1));
-        const unsigned sh = t4 >= 2 ? 4u : 0u;
-        uint32_t lo = (q[0] >> sh) & 0x0f0f0f0fu, hi = (q[1] >> sh) & 0x0f0f0f0fu;
-        if (HH) {
-            const uint32_t qh = HM ? lw(b + 4) : lh(b + 2) | lh(b + 4) << 16;
-            const uint32_t bits = qh >> (8 * t4);
-            lo |= spread_nibble(bits);
-            hi |= spread_nibble(bits >> 4);
-        }
-        o[0].lo = lo;
-        o[0].hi = hi;
-        o[0].a = f16f(lh(b));
-        o[0].b = HM ? f16f(lh(b + 2)) : 0.0f;
+        const uint32_t qh = !HH ? 0u : HM ? lw(b + 4) : lh(b + 2) | lh(b + 4) << 16;
+        ls::mmq::legacy_block<HM, HH>(o[0], q, qh, lh(b), HM ? lh(b + 2) : 0u, t4);
     }
 };
 
@@ -283,21 +222,6 @@ struct TGeo {
     static constexpr int WCOPY = (TN * NPC + TNT - 1) / TNT;                   /* weight pieces a thread */
     static constexpr int XCOPY = (T::XB * TM * 5 + TNT - 1) / TNT; /* 4 plane pieces + 1 meta */ /* activation pieces a thread */
 };
-
-/* ---- cp.async (sm_80+): 16 bytes global -> shared, bytes past src_bytes zero-filled ---- */
-__device__ __forceinline__ void cp16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ const uint8_t *down16(const uint8_t *p) {
-    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15);
-}
 
 /* The walk (mmq_common.cuh's order): lane u, chunk ci = u + r U. */
 struct Walk {

@@ -1,0 +1,57 @@
+/* Shared-memory staging for the integer path's staged kernels (mmq_small.cu: calls of up to 8
+ * rows; mmq_tile.cu: block tiles): cp.async copies of 16-byte pieces from global into shared
+ * memory, and the loads that read a staged span back (generic pointers into shared memory;
+ * a span keeps its global address modulo 16, so 2-byte-aligned fields stay 2-byte aligned).
+ * docs/cuda.md section 2a. */
+#ifndef LS_KERNELS_CUDA_STAGING_CUH
+#define LS_KERNELS_CUDA_STAGING_CUH
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+namespace ls::stage {
+
+/* ---- cp.async (sm_80+): 16 bytes global -> shared address dst, bytes past src_bytes zero-filled ---- */
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes) {
+    cp16((uint32_t)__cvta_generic_to_shared(dst), src, src_bytes);
+}
+__device__ __forceinline__ void cp_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ const uint8_t *down16(const uint8_t *p) {
+    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15);
+}
+
+/* ---- loads from a staged span ---- */
+__device__ __forceinline__ uint32_t lw(const uint8_t *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+__device__ __forceinline__ uint32_t lh(const uint8_t *p) {
+    return *reinterpret_cast<const uint16_t *>(p);
+}
+/* NWD words at a 2-byte aligned address (dequant.cuh's ld_a2 on generic memory); the word
+ * after them may be read (a staged span's slot leaves room for it) */
+template <int NWD>
+__device__ __forceinline__ void la2(uint32_t *o, const uint8_t *p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint8_t *b = reinterpret_cast<const uint8_t *>(a & ~(uintptr_t)3);
+    const unsigned sh = (unsigned)(a & 3u) * 8u;
+    uint32_t v[NWD + 1];
+#pragma unroll
+    for (int j = 0; j < NWD; j++) v[j] = lw(b + 4 * j);
+    v[NWD] = lw(b + 4 * (sh ? NWD : NWD - 1));
+#pragma unroll
+    for (int j = 0; j < NWD; j++) o[j] = __funnelshift_r(v[j], v[j + 1], sh);
+}
+
+} // namespace ls::stage
+
+#endif
