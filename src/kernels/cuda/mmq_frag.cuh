@@ -117,6 +117,58 @@ struct XSide {
     float dx[4][2], xs[4][2];
     int v1[4][2];
 };
+/* Metadata of output column e of activation row tile j at mp (a Meta: dx, X, V0, V1), as the
+ * fold of the type's KIND uses it: dx; X, or Q6_K's V0 bits and V1, or V0 + V1 (KIND 3).
+ * LDG: read through the read-only cache (global memory), else a plain load (shared). */
+template <int KIND, bool LDG>
+__device__ __forceinline__ void meta_load(XSide &x, int j, int e, const float *mp) {
+    if (KIND == 0) {
+        const float2 v = LDG ? __ldg(reinterpret_cast<const float2 *>(mp)) : *reinterpret_cast<const float2 *>(mp);
+        x.dx[j][e] = v.x, x.xs[j][e] = v.y;
+    } else if (KIND == 1) {
+        x.dx[j][e] = LDG ? __ldg(mp) : *mp;
+    } else {
+        const float4 v = LDG ? __ldg(reinterpret_cast<const float4 *>(mp)) : *reinterpret_cast<const float4 *>(mp);
+        x.dx[j][e] = v.x;
+        if (KIND == 2) x.xs[j][e] = v.z, x.v1[j][e] = __float_as_int(v.w);
+        else x.v1[j][e] = __float_as_int(v.z) + __float_as_int(v.w);
+    }
+}
+
+/* The 32 x 32 tile's per-lane partials la and running totals tot (mmq_common.cuh's order):
+ * a lane starts at 0, then joins the total (the first lane starts it). */
+__device__ __forceinline__ void tile_zero(float (&la)[2][4][4]) {
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) la[a][j][k] = 0.0f;
+}
+__device__ __forceinline__ void tile_join(float (&tot)[2][4][4], const float (&la)[2][4][4], bool first) {
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) tot[a][j][k] = first ? la[a][j][k] : tot[a][j][k] + la[a][j][k];
+}
+/* y[m][n] for the tile at weight row n0, activation row m0 (C fragment: k = 0, 1 row g,
+ * columns 2 t4 + k; k = 2, 3 row g + 8), rows past N or M not stored */
+__device__ __forceinline__ void tile_store(float *y, const float (&tot)[2][4][4], int64_t n0, int64_t m0, int64_t N,
+                                           int64_t M, int g, int t4) {
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int64_t n = n0 + 16 * a + g + 8 * (k >> 1);
+                const int64_t m = m0 + 8 * j + 2 * t4 + (k & 1);
+                if (n < N && m < M) y[m * N + n] = tot[a][j][k];
+            }
+}
+
 /* One block of the 32 x 32 tile: its exact integer sums by mma, then the per-output f32
  * steps of mmq.cu's acc_block for the type, folded into la. */
 template <class T>

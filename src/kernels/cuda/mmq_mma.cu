@@ -39,6 +39,9 @@ using ls::mmq::WBlk;
 using ls::mmq::XFrag;
 using ls::mmq::XSide;
 using ls::mmq::fold_block;
+using ls::mmq::tile_join;
+using ls::mmq::tile_store;
+using ls::mmq::tile_zero;
 
 constexpr int TW = 32; /* weight rows per warp */
 constexpr int TA = 32; /* activation rows per warp */
@@ -154,19 +157,7 @@ __device__ __forceinline__ void load_xside(XSide &o, const int8_t *__restrict__ 
         o.xf[j].l = __ldg(reinterpret_cast<const uint2 *>(p + QB));
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const float *mp = reinterpret_cast<const float *>(xm + mo[j][e] + blk);
-            if (T::KIND == 0) {
-                const float2 v = __ldg(reinterpret_cast<const float2 *>(mp));
-                o.dx[j][e] = v.x, o.xs[j][e] = v.y;
-            } else if (T::KIND == 1) {
-                o.dx[j][e] = __ldg(mp);
-            } else if (T::KIND == 2) {
-                const float4 v = __ldg(reinterpret_cast<const float4 *>(mp));
-                o.dx[j][e] = v.x, o.xs[j][e] = v.z, o.v1[j][e] = __float_as_int(v.w);
-            } else {
-                const float4 v = __ldg(reinterpret_cast<const float4 *>(mp));
-                o.dx[j][e] = v.x, o.v1[j][e] = __float_as_int(v.z) + __float_as_int(v.w);
-            }
+            ls::mmq::meta_load<T::KIND, true>(o, j, e, reinterpret_cast<const float *>(xm + mo[j][e] + blk));
         }
     }
 }
@@ -202,12 +193,7 @@ __global__ void __launch_bounds__(32 * BW * BA, 12 / (BW * BA)) mma_kernel(const
 
     float tot[2][4][4], la[2][4][4];
     for (int u = 0; u < nu; u++) {
-#pragma unroll
-        for (int a = 0; a < 2; a++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) la[a][j][k] = 0.0f;
+        tile_zero(la);
         for (int ci = u; ci < nch; ci += U) {
             WBlk wb[4][T::XB];
 #pragma unroll
@@ -220,24 +206,9 @@ __global__ void __launch_bounds__(32 * BW * BA, 12 / (BW * BA)) mma_kernel(const
                 fold_block<T>(la, wr, x, t4);
             }
         }
-#pragma unroll
-        for (int a = 0; a < 2; a++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) tot[a][j][k] = u == 0 ? la[a][j][k] : tot[a][j][k] + la[a][j][k];
+        tile_join(tot, la, u == 0);
     }
-    /* C fragment: k = 0, 1 row g, columns 2 t4 + k; k = 2, 3 row g + 8 */
-#pragma unroll
-    for (int a = 0; a < 2; a++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int64_t n = n0 + 16 * a + g + 8 * (k >> 1);
-                const int64_t m = m0 + 8 * j + 2 * t4 + (k & 1);
-                if (n < c.N && m < M) y[m * c.N + n] = tot[a][j][k];
-            }
+    tile_store(y, tot, n0, m0, c.N, M, g, t4);
 }
 
 template <class T>

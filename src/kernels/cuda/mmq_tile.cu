@@ -35,6 +35,9 @@ namespace {
 using namespace ls::q;
 using namespace ls::stage;
 using ls::mmq::fold_block;
+using ls::mmq::tile_join;
+using ls::mmq::tile_store;
+using ls::mmq::tile_zero;
 using ls::mmq::Meta;
 using ls::mmq::QB;
 using ls::mmq::spread_nibble;
@@ -357,12 +360,7 @@ __global__ void __launch_bounds__(TNT, 1) tile_kernel(const Ctx c, const int8_t 
     /* lane by lane (mmq_common.cuh's order); one stage per chunk, st counts them */
     int st = 0;
     for (int u = 0; u < nu; u++) {
-#pragma unroll
-        for (int a = 0; a < 2; a++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) la[a][j][k] = 0.0f;
+        tile_zero(la);
         for (int ci = u; ci < nch; ci += U, st++) {
             cp_wait<TNS - 2>();
             __syncthreads(); /* stage st landed for every thread; stage st - 1 is read by all */
@@ -391,45 +389,18 @@ __global__ void __launch_bounds__(TNT, 1) tile_kernel(const Ctx c, const int8_t 
                     x.xf[j].l = *reinterpret_cast<const uint2 *>(pr + QB);
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
-                        const float *mp = reinterpret_cast<const float *>(xa + (8 * j + 2 * t4 + e) * XROW + 64);
-                        if (T::KIND == 0) {
-                            const float2 v = *reinterpret_cast<const float2 *>(mp);
-                            x.dx[j][e] = v.x, x.xs[j][e] = v.y;
-                        } else if (T::KIND == 1) {
-                            x.dx[j][e] = mp[0];
-                        } else if (T::KIND == 2) {
-                            const float4 v = *reinterpret_cast<const float4 *>(mp);
-                            x.dx[j][e] = v.x, x.xs[j][e] = v.z, x.v1[j][e] = __float_as_int(v.w);
-                        } else {
-                            const float4 v = *reinterpret_cast<const float4 *>(mp);
-                            x.dx[j][e] = v.x, x.v1[j][e] = __float_as_int(v.z) + __float_as_int(v.w);
-                        }
+                        ls::mmq::meta_load<T::KIND, false>(
+                            x, j, e, reinterpret_cast<const float *>(xa + (8 * j + 2 * t4 + e) * XROW + 64));
                     }
                 }
                 const WBlk *const wr[4] = {&wb[0][b], &wb[1][b], &wb[2][b], &wb[3][b]};
                 fold_block<T>(la, wr, x, t4);
             }
         }
-        /* the lane's partials join the totals (the first lane starts them) */
-#pragma unroll
-        for (int a = 0; a < 2; a++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) tot[a][j][k] = u == 0 ? la[a][j][k] : tot[a][j][k] + la[a][j][k];
+        tile_join(tot, la, u == 0); /* the lane's partials join the totals */
     }
     cp_wait<0>();
-    /* C fragment: k = 0, 1 row g, columns 2 t4 + k; k = 2, 3 row g + 8 */
-#pragma unroll
-    for (int a = 0; a < 2; a++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int64_t n = n0 + 32 * wn + 16 * a + g + 8 * (k >> 1);
-                const int64_t m = m0 + 32 * wa + 8 * j + 2 * t4 + (k & 1);
-                if (n < c.N && m < M) y[m * c.N + n] = tot[a][j][k];
-            }
+    tile_store(y, tot, n0 + 32 * wn, m0 + 32 * wa, c.N, M, g, t4);
 }
 
 template <class T>
