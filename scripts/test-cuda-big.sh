@@ -9,7 +9,8 @@
 # --llama DIR (scripts/build-llama-cuda.sh's output): with --full, llama.cpp's CUDA llama-bench
 # on the same 27B GGUF in the same run, and the ratios.
 #
-# Needs build/cuda/lockstep and build/cuda/lockstep-gen-model (cmake --preset cuda). --full
+# Needs build/cuda/lockstep and build/cuda/lockstep-gen-model (cmake --preset cuda, or a pack of
+# a build made elsewhere: scripts/gpu-pack.sh). --full
 # also writes and benchmarks the whole 60-layer 31B (27.7 GB) and the 62-layer 27B GGUF.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +69,22 @@ row "wrote 31B-geometry L$LAYERS + assistant" "$(( $(date +%s) - t0 )) s, $(du -
 # exactness at the geometry that showed the bug
 probe_k() { local k; for k in "$@"; do "$CLI" probe --device cuda -m "$T" --draft-block-size "$k" || return 1; done; }
 check "probe 31B-geometry L$LAYERS, K=2,4,8,16" probe_k 2 4 8 16
+# prefill (the block tiles from 48 rows, mmq_tile.cu), chain (the one-row kernels), prefill:64
+# and prefill:7 (the small-M kernel) over a ~780-token prompt: the same bytes
+logits_modes() {
+  local m=$1 mode ok=0 prompt
+  prompt=$(for i in $(seq 1 60); do printf 'The quick brown fox %d jumps over the lazy dog. ' "$i"; done)
+  for mode in prefill chain prefill:64 prefill:7; do
+    "$CLI" logits --device cuda -m "$m" -p "$prompt" --mode "$mode" -o "$DIR/l_$mode.f32" 2>"$DIR/lerr" ||
+      { cat "$DIR/lerr"; rm -f "$DIR"/l_*.f32; return 1; }
+  done
+  for mode in chain prefill:64 prefill:7; do
+    cmp -s "$DIR/l_prefill.f32" "$DIR/l_$mode.f32" || { echo "$mode differs from prefill"; ok=1; }
+  done
+  rm -f "$DIR"/l_*.f32
+  return $ok
+}
+check "logits modes identical, 31B geom L$LAYERS, ~780 tok" logits_modes "$T"
 spec_same() {
   local t
   for t in 0 0.8; do
@@ -105,6 +122,7 @@ if [ $FULL = 1 ]; then
   if [ -f "$LIKE" ]; then
     G3=$DIR/g3-27b.gguf
     "$GEN" --kind gemma3-27b-q4km "$G3" --like "$LIKE" >/dev/null
+    check "logits modes identical, 27B Q4_K_M, ~780 tok" logits_modes "$G3"
     "$CLI" bench --device cuda -m "$G3" -p 512 -n 128 -r 2 >"$DIR/b3" 2>"$DIR/b3.err" || tail -3 "$DIR/b3.err"
     pp=$(kv prefill_tok_s "$DIR/b3"); tg=$(kv decode_tok_s "$DIR/b3")
     row "Gemma 3 27B Q4_K_M pp512 / tg128 tok/s" "$pp / $tg ($(kv decode_weight_gb_s "$DIR/b3") GB/s)"
