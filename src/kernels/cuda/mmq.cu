@@ -768,7 +768,11 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
             ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x + r0 * c.K, c.K, quads, xq, xm);
         const int pol = g_policy.load(std::memory_order_relaxed);
         if (pol == 4 || (pol == 0 && ls::mmq::use_mma(mr, c.N) && ls::mmq::use_tile(key, c.a16 != 0, mr, c.N))) {
-            if (ls::mmq::tile_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0) return -1;
+            /* a refused block-tile launch (shared-memory attribute, grid) falls back to the warp
+             * tiles: the same bits */
+            if (ls::mmq::tile_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0 &&
+                ls::mmq::mma_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0)
+                return -1;
             continue;
         }
         if (pol == 2 || (pol == 0 && ls::mmq::use_mma(mr, c.N))) {
