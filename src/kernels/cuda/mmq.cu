@@ -769,9 +769,10 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
         const int pol = g_policy.load(std::memory_order_relaxed);
         if (pol == 4 || (pol == 0 && ls::mmq::use_mma(mr, c.N) && ls::mmq::use_tile(key, c.a16 != 0, mr, c.N))) {
             /* a refused block-tile launch (shared-memory attribute, grid) falls back to the warp
-             * tiles: the same bits */
+             * tiles (the same bits), except when a test forces the block tiles (policy 4): there
+             * a refusal must fail the call, not pass unnoticed */
             if (ls::mmq::tile_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0 &&
-                ls::mmq::mma_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0)
+                (pol == 4 || ls::mmq::mma_launch(st, c, key, xq, xm, y + r0 * c.N, mr) != 0))
                 return -1;
             continue;
         }

@@ -119,7 +119,7 @@ int mma_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, 
  * through shared memory) for the same call; the same bits as mma_launch. */
 int tile_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y,
                 int64_t M);
-/* mmq_mma.cu: the small-M kernel for n (1..3) weights of one type and K (c[i].nch, kw set)
+/* mmq_small.cu: the small-M kernel for n (1..3) weights of one type and K (c[i].nch, kw set)
  * on the same M quantized activation rows, y[i] = W_i x; each weight's rows get the same
  * bits as a launch of their own. Returns 0, or -1 when nothing was launched. */
 int small_launch(cudaStream_t st, const ls::q::Ctx *c, float *const *y, int n, int key, const int8_t *xq,

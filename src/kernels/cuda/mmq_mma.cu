@@ -31,7 +31,6 @@ namespace {
 
 using namespace ls::q;
 using ls::mmq::Meta;
-using ls::mmq::spread_nibble;
 using ls::mmq::QB;
 using ls::mmq::XB_BYTES;
 using ls::mmq::mma_k32;

@@ -42,7 +42,6 @@ using namespace ls::stage;
 using ls::mmq::Meta;
 using ls::mmq::mma_k32;
 using ls::mmq::QB;
-using ls::mmq::spread_nibble;
 using ls::mmq::WBlk;
 using ls::mmq::XB_BYTES;
 using ls::mmq::XFrag;

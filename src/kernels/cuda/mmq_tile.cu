@@ -40,7 +40,6 @@ using ls::mmq::tile_store;
 using ls::mmq::tile_zero;
 using ls::mmq::Meta;
 using ls::mmq::QB;
-using ls::mmq::spread_nibble;
 using ls::mmq::WBlk;
 using ls::mmq::XB_BYTES;
 using ls::mmq::XFrag;
@@ -102,7 +101,7 @@ struct BMlx {
 struct BQ8_0 {
     static constexpr int XB = 1, KIND = 1, NSP = 1;
     static constexpr bool AU = false;
-    __host__ __device__ static constexpr int P(int) { return 4; } /* 34 bytes from any 2-byte offset */
+    __host__ __device__ static constexpr int P(int) { return 4; } /* 34 bytes from a 2-byte offset need 3; 4: untuned */
     static __device__ __forceinline__ const uint8_t *base(const Ctx &c, int, int64_t n) {
         return c.w + (size_t)n * c.row_bytes;
     }
