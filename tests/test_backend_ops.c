@@ -2338,6 +2338,90 @@ static void run_chain(tdev *d, const chain_bufs *c, int64_t m) {
     o->kv_store(d->be, c->kv, false, c->y, m * c->N);
 }
 
+/* The attention prologue of a layer (gemma_forward.c attention_block): norm_rope of the q heads
+ * then of the k heads, Gemma 4's value norm of v, and the kv_store2 of k and v. A recording
+ * backend may run the four as one launch (the CUDA backend does); a replayed step must give
+ * the bits of the four direct launches, for f16 and f32 caches, with and without the norm. */
+typedef struct {
+    float *q, *k, *v;
+    void *ck, *cv;
+    const float *wq, *wk;
+    const int32_t *pos;
+    int32_t nh, nkv, hd, pairs;
+    bool f32, vnorm;
+} attn_bufs;
+
+static void run_attn_chain(tdev *d, const attn_bufs *a, int64_t m) {
+    const ls_backend_ops *o = d->ops;
+    o->norm_rope(d->be, a->q, a->wq, m, a->nh, a->hd, 1e-6f, a->pairs, a->pos, 1e6f, 1.0f);
+    o->norm_rope(d->be, a->k, a->wk, m, a->nkv, a->hd, 1e-6f, a->pairs, a->pos, 1e6f, 1.0f);
+    if (a->vnorm) o->rmsnorm(d->be, a->v, NULL, m * a->nkv, a->hd, 1e-6f);
+    o->kv_store2(d->be, a->ck, a->cv, a->f32, a->k, a->v, m * a->nkv * a->hd);
+}
+
+static void step_attn_prologue(int k, tdev *d) {
+    uint64_t rng = seed_of("step attention prologue");
+    enum { MX = 9 };
+    const int32_t nh = 4, nkv = 2, hd = 256;
+    const int64_t qn = (int64_t)nh * hd, kn = (int64_t)nkv * hd;
+    float *wq = const_alloc(sizeof(float) * hd), *wk = const_alloc(sizeof(float) * hd);
+    for (int32_t i = 0; i < hd; i++) wq[i] = 1.0f + rng_normal(&rng, 0.2f), wk[i] = 1.0f + rng_normal(&rng, 0.2f);
+    consts_map();
+    float *in[3];
+    const int64_t w[3] = {qn, kn, kn};
+    for (int b = 0; b < 3; b++) {
+        in[b] = xmalloc(sizeof(float) * (size_t)(MX * w[b]));
+        fill_rows(in[b], MX, w[b], &rng);
+    }
+    int32_t pos[MX];
+    for (int r = 0; r < MX; r++) pos[r] = 37 + 5 * r;
+    attn_bufs a = {.wq = wq, .wk = wk, .nh = nh, .nkv = nkv, .hd = hd, .pairs = hd / 4};
+    a.q = dbuf(d, sizeof(float) * (size_t)(MX * qn));
+    a.k = dbuf(d, sizeof(float) * (size_t)(MX * kn));
+    a.v = dbuf(d, sizeof(float) * (size_t)(MX * kn));
+    a.ck = dbuf(d, sizeof(float) * (size_t)(MX * kn));
+    a.cv = dbuf(d, sizeof(float) * (size_t)(MX * kn));
+    int32_t *dp = dbuf(d, sizeof pos);
+    up(d, d->be, dp, pos, sizeof pos);
+    a.pos = dp;
+    void *const bufs[5] = {a.q, a.k, a.v, a.ck, a.cv};
+    static const int64_t MS[] = {1, 5, MX};
+    for (int variant = 0; variant < 4; variant++) {
+        a.f32 = variant & 1;
+        a.vnorm = variant & 2;
+        const size_t rb[5] = {sizeof(float) * (size_t)qn, sizeof(float) * (size_t)kn, sizeof(float) * (size_t)kn,
+                              (a.f32 ? 4 : 2) * (size_t)kn, (a.f32 ? 4 : 2) * (size_t)kn};
+        for (int mi = 0; mi < 3; mi++) {
+            const int64_t m = MS[mi];
+            uint8_t *want[5], *got[5];
+            for (int rep = 0; rep < 3; rep++) { /* direct, then recorded twice (record, replay) */
+                for (int b = 0; b < 3; b++) up(d, d->be, bufs[b], in[b], sizeof(float) * (size_t)(m * w[b]));
+                if (rep > 0) d->ops->step_begin(d->be, 1000 + 10 * variant + mi);
+                run_attn_chain(d, &a, m);
+                if (rep > 0) d->ops->step_end(d->be);
+                for (int b = 0; b < 5; b++) {
+                    uint8_t *h = xmalloc(rb[b] * (size_t)m);
+                    down(d, d->be, h, bufs[b], rb[b] * (size_t)m);
+                    if (rep == 0) {
+                        want[b] = h;
+                        continue;
+                    }
+                    got[b] = h;
+                    check_rows(k, "step_end", "(attention prologue replay) differs from direct launches", got[b],
+                               want[b], m, rb[b], "m=%lld %s cache, %s value norm, buffer %d, pass %d", (long long)m,
+                               a.f32 ? "f32" : "f16", a.vnorm ? "with" : "no", b, rep);
+                    free(got[b]);
+                }
+            }
+            for (int b = 0; b < 5; b++) free(want[b]);
+            count_inv(k, "step_end", (long)m);
+        }
+    }
+    for (int b = 0; b < 3; b++) free(in[b]);
+    bufs_release();
+    consts_release();
+}
+
 static void test_step(void **state) {
     (void)state;
     for (int k = 0; k < g_ndev; k++) {
@@ -2412,6 +2496,7 @@ static void test_step(void **state) {
         free(tw.deq);
         bufs_release();
         consts_release();
+        step_attn_prologue(k, d);
     }
 }
 

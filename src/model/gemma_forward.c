@@ -130,11 +130,13 @@ static void attention_block(ls_backend *be, ls_workspace *ws, ls_fwd_seg *segs, 
         float *y[3] = {ws->q, ws->k, ws->v};
         ls_backend_matmul_n(be, own_kv ? (l->k_eq_v ? 2 : 3) : 1, w, ws->xn, n, y);
     }
+    /* k_eq_v: V is the raw K projection (before k_norm and RoPE). Copied first, so that the q
+     * and k norm_rope, the value norm and the cache store follow each other with nothing in
+     * between: a device backend may run those four as one launch (backend.h). */
+    if (own_kv && l->k_eq_v) op->copy(be, ws->v, ws->k, sizeof(float) * (size_t)(n * kvd));
     op->norm_rope(be, ws->q, l->q_norm, n, nh, hd, cfg->eps, l->rope_pairs, ws->positions, l->rope_base,
                   l->rope_freq_scale);
     if (own_kv) {
-        /* k_eq_v: V is the raw K projection (before k_norm and RoPE) */
-        if (l->k_eq_v) op->copy(be, ws->v, ws->k, sizeof(float) * (size_t)(n * kvd));
         op->norm_rope(be, ws->k, l->k_norm, n, nkv, hd, cfg->eps, l->rope_pairs, ws->positions, l->rope_base,
                       l->rope_freq_scale);
         if (l->v_norm) op->rmsnorm(be, ws->v, NULL, (int64_t)n * nkv, hd, cfg->eps);

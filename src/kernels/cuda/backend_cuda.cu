@@ -353,14 +353,18 @@ struct CudaBackend {
     };
     std::shared_ptr<MmGroup> grp;
     uint64_t grp_seq;
-    /* norm_rope of q then of k (cu_norm_rope): the second joins the first's launch */
+    /* norm_rope of q then of k (cu_norm_rope): the second joins the first's launch, then the
+     * value norm of v (cu_rmsnorm without weight, rows of hd) and the kv_store2 of the k heads
+     * and v (cu_kv_store2) that follow, each when nothing came between */
     struct RopePair {
         float *x2 = nullptr;
         const float *w2 = nullptr;
         int32_t nh2 = 0;
         int n = 1;
-        /* the kv_store2 of the k heads and v that followed (cu_kv_store2), or kv == NULL */
-        void *const *kv = nullptr;
+        float *x3 = nullptr; /* the normed v, or NULL */
+        int32_t nh3 = 0;
+        void *const *kv = nullptr; /* the kv_store2, or NULL */
+        bool f32 = false;
         const float *v = nullptr;
         int64_t nv = 0;
     };
@@ -691,7 +695,20 @@ void cu_get_rows(ls_backend *be, const ls_weight *table, const int32_t *ids, int
 void cu_rmsnorm(ls_backend *be, float *x, const float *w, int64_t m, int64_t n, float eps) {
     const float *dw = (const float *)dev_ptr(w);
     const uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x726d736eull, x), dw), m), n), eps); /* "rmsn" */
-    run_op(impl_of(be), h, [=] { ls_cuda_rmsnorm(g_stream, x, dw, m, n, eps); });
+    CudaBackend *c = impl_of(be);
+    /* the value norm right after the q / k norm_rope pair of the same rows joins its launch:
+     * its blocks norm v's heads as this kernel would (hd <= 1024: the same block order) */
+    auto &nr = c->nrope;
+    if (c->recording && !w && nr.g && nr.seq == c->op_seq && nr.g->n == 2 && !nr.g->x3 && n == nr.hd &&
+        eps == nr.eps && m > 0 && m % nr.m == 0 && m / nr.m <= INT32_MAX && x != nr.g->x2) {
+        nr.g->x3 = x;
+        nr.g->nh3 = (int32_t)(m / nr.m);
+        c->op_seq++;
+        c->sig = mix_v(c->sig, mix_v(h, 0x766e726dull)); /* "vnrm" */
+        nr.seq = c->op_seq; /* the kv_store2 may join next */
+        return;
+    }
+    run_op(c, h, [=] { ls_cuda_rmsnorm(g_stream, x, dw, m, n, eps); });
 }
 
 void cu_rope_pairs(ls_backend *be, float *x, int64_t m, int32_t n_heads, int32_t hd, int32_t n_pairs,
@@ -827,8 +844,8 @@ void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n
     std::shared_ptr<CudaBackend::RopePair> g(new CudaBackend::RopePair());
     run_op(c, h, [=] {
         if (g->n == 2)
-            ls_cuda_norm_rope2(g_stream, x, dw, n_heads, g->x2, g->w2, g->nh2, m, hd, eps, n_pairs, pos, theta_base,
-                               freq_scale, g->kv, g->v, g->nv);
+            ls_cuda_norm_rope2(g_stream, x, dw, n_heads, g->x2, g->w2, g->nh2, g->x3, g->nh3, m, hd, eps, n_pairs, pos,
+                               theta_base, freq_scale, g->kv, g->f32, g->v, g->nv);
         else
             ls_cuda_norm_rope(g_stream, x, dw, m, n_heads, hd, eps, n_pairs, pos, theta_base, freq_scale);
     });
@@ -843,11 +860,13 @@ void cu_kv_store2(ls_backend *be, void *dk, void *dv, bool f32, const float *k, 
     const Slot sl = param_slot(c, sizeof dst);
     memcpy(sl.host, dst, sizeof dst);
     const bool rec = c->recording;
-    /* right after the q / k norm_rope pair of these k heads: that launch stores them */
+    /* right after the q / k norm_rope pair of these k heads (and the value norm of this v):
+     * that launch stores them */
     auto &nr = c->nrope;
-    if (rec && !f32 && nr.g && nr.seq == c->op_seq && nr.g->n == 2 && !nr.g->kv && nr.g->x2 == k &&
-        n == nr.m * nr.g->nh2 * nr.hd) {
+    if (rec && nr.g && nr.seq == c->op_seq && nr.g->n == 2 && !nr.g->kv && nr.g->x2 == k &&
+        n == nr.m * nr.g->nh2 * nr.hd && (!nr.g->x3 || (nr.g->x3 == v && n == nr.m * nr.g->nh3 * nr.hd))) {
         nr.g->kv = (void *const *)sl.dev;
+        nr.g->f32 = f32;
         nr.g->v = v;
         nr.g->nv = n;
         c->op_seq++;

@@ -44,12 +44,15 @@ void ls_cuda_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float 
 void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,
                        int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale);
 /* Two norm_rope calls on the same rows and positions (q heads: x, w, n_heads; k heads: x2,
- * w2, n_heads2) in one launch, the bits of the two calls; n_pairs > 0. With kv (device slot
- * {dk, dv} of f16 caches, read when the kernel runs, as ls_cuda_kv_store2's dst) it also
- * does the ls_cuda_kv_store2(kv, false, x2, v, nv) that follows (nv = m n_heads2 hd). */
+ * w2, n_heads2) in one launch, the bits of the two calls; n_pairs > 0. With x3, also the
+ * ls_cuda_rmsnorm(x3, NULL, m n_heads3, hd, eps) that follows (Gemma 4's value norm). With kv
+ * (device slot {dk, dv} of f16 or f32 caches, read when the kernel runs, as
+ * ls_cuda_kv_store2's dst) it also does the ls_cuda_kv_store2(kv, f32, x2, v, nv) that follows
+ * (nv = m n_heads2 hd; with x3, v == x3). */
 void ls_cuda_norm_rope2(cudaStream_t st, float *x, const float *w, int32_t n_heads, float *x2, const float *w2,
-                        int32_t n_heads2, int64_t m, int32_t hd, float eps, int32_t n_pairs, const int32_t *pos,
-                        float theta_base, float freq_scale, void *const *kv, const float *v, int64_t nv);
+                        int32_t n_heads2, float *x3, int32_t n_heads3, int64_t m, int32_t hd, float eps,
+                        int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale, void *const *kv,
+                        bool f32, const float *v, int64_t nv);
 /* dst (device) holds the two destination addresses {dk, dv} when the kernel runs (a step
  * parameter: the cache slot moves every step, the replayed graph does not). */
 void ls_cuda_kv_store2(cudaStream_t st, void *const *dst, bool f32, const float *k, const float *v, int64_t n);

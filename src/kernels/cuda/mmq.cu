@@ -486,6 +486,15 @@ __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict_
     }
 }
 
+/* gemv_body's tail: row i of the warp's rows from n0 (clamped as row_ptrs does),
+ * chunk ci, into r. */
+template <class T>
+__device__ __forceinline__ void gemv_tail_load(typename T::Raw &r, const Ctx &c, int64_t n0, int i, int ci) {
+    const uint8_t *rowp[1], *scp[1], *bip[1];
+    row_ptrs<1>(c, n0 + i, rowp, scp, bip);
+    T::load(r, c, rowp[0], scp[0], bip[0], ci);
+}
+
 /* ---------------------------------------------------------------------------------------
  * The one-row path (M = 1: every decode step's matmuls, the calls that stream the whole
  * model once per token). mmq_body splits a row's chunks over KW warps of a block, so a
@@ -510,23 +519,35 @@ __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict
     const int nch = c.nch;
     const uint8_t *rowp[W], *scp[W], *bip[W];
     row_ptrs<W>(c, n0, rowp, scp, bip);
-    typename T::Raw buf[2][W];
+    /* The last, partial round (e = nch mod 32 chunks: 8 of a 5376-wide MLX 8-bit row's 168)
+     * would keep the warp issuing W rows' work for e busy lanes. When the rows' W e tail
+     * chunks take fewer rounds dealt one to a lane, the main loop stops at the last full round
+     * and lane t folds tail chunk (row t / e, chunk full + t mod e) into that virtual lane's
+     * partial, read from and written back to `red` (gemv_tail): the same chunk sequence per
+     * virtual lane, so the same bits. */
+    const int full = nch & ~31, e = nch - full;
+    /* uniform; compiled for the types of one block a chunk only: a Q4_K row's preloaded
+     * tail chunk took its kernels from 167 to 255 registers */
+    const bool tail = T::XB == 1 && full > 0 && e > 0 && (W * e + 31) / 32 < W;
+    const int lim = tail ? full : nch;
+    typename T::Raw buf[2][W], pre;
     if (lane < nch) {
 #pragma unroll
         for (int i = 0; i < W; i++) T::load(buf[0][i], c, rowp[i], scp[i], bip[i], lane);
     }
+    if (tail && lane < W * e) gemv_tail_load<T>(pre, c, n0, lane / e, full + lane % e); /* in flight all along */
     ls::pdl::enter();
     float acc[W][KW];
 #pragma unroll
     for (int i = 0; i < W; i++)
 #pragma unroll
         for (int k = 0; k < KW; k++) acc[i][k] = 0.0f;
-    for (int base = lane; base < nch; base += 32 * L) {
+    for (int base = lane; base < lim; base += 32 * L) {
 #pragma unroll
         for (int s = 0; s < L; s++) {
             const int ci = base + 32 * s;
-            if (ci >= nch) break;
-            if (ci + 32 < nch) {
+            if (ci >= lim) break;
+            if (ci + 32 < lim) {
 #pragma unroll
                 for (int i = 0; i < W; i++) T::load(buf[(s + 1) & 1][i], c, rowp[i], scp[i], bip[i], ci + 32);
             }
@@ -547,6 +568,24 @@ __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict
 #pragma unroll
         for (int k = 0; k < KW; k++) red[warp][i][32 * k + lane] = acc[i][k];
     __syncwarp();
+    if (tail) {
+        /* the tail chunks belong to virtual lanes 32 ((full / 32) mod KW) + u, u < e */
+        float *vl = &red[warp][0][32 * ((full >> 5) % KW)];
+        for (int t = lane; t < W * e; t += 32) {
+            const int i = t / e, u = t - i * e, ci = full + u;
+            if (t != lane) gemv_tail_load<T>(pre, c, n0, i, ci);
+            XBlk xb[T::XB];
+#pragma unroll
+            for (int b = 0; b < T::XB; b++) load_xblk(xb[b], xq, xm, (int64_t)ci * T::XB + b);
+            typename T::Prep p;
+            prep_of<T>(p, pre, c, ci);
+            float a = vl[i * U + u];
+#pragma unroll
+            for (int b = 0; b < T::XB; b++) a = T::acc_block(a, p, b, xb[b]);
+            vl[i * U + u] = a;
+        }
+        __syncwarp();
+    }
     if (lane < W) {
         /* ((p[0] + p[1]) + p[2]) + .. over the nu virtual lanes that hold chunks */
         const int nu = nch < U ? nch : U;

@@ -193,6 +193,27 @@ __device__ __forceinline__ float block_sum_sq(float s, float *red) {
                      __fadd_rn(__fadd_rn(red[4], red[5]), __fadd_rn(red[6], red[7])));
 }
 
+/* block_sum_sq for a block of TH threads: TH = 256 is block_sum_sq itself; TH = 1024 (32
+ * warps) runs the xor butterfly twice, over each warp's lanes and then, in every warp alike,
+ * over the 32 warp sums (lane l reads warp l's): a fixed order of the row length alone, every
+ * thread ends with the same bits, one barrier. */
+template <int TH>
+__device__ __forceinline__ float block_sum_sq_t(float s, float *red) {
+    if constexpr (TH == kThreads) {
+        return block_sum_sq(s, red);
+    } else {
+        static_assert(TH == 1024, "a block of 256 or 1024 threads");
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+        __syncthreads();
+        float v = red[threadIdx.x & 31];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+        return v;
+    }
+}
+
 /* The CPU's formula: scale = 1 / sqrt(ss / n + eps). */
 __device__ __forceinline__ float rms_scale(float ss, int64_t n, float eps) {
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
@@ -203,35 +224,48 @@ __device__ __forceinline__ float rms_elt(float x, float scale, const float *w, i
     return w ? __fmul_rn(__fmul_rn(x, scale), w[i]) : __fmul_rn(x, scale);
 }
 
-/* One block (kThreads) per row: dst = src / sqrt(mean(src^2) + eps) * w. In place (rmsnorm)
- * when dst == src: every thread reads all its elements before the barrier inside
- * block_sum_sq and then writes only its own. rmsnorm and rmsnorm_to are this one kernel. */
-__global__ void __launch_bounds__(kThreads)
+/* One block per row: dst = src / sqrt(mean(src^2) + eps) * w. In place (rmsnorm) when dst ==
+ * src: every thread reads all its elements before the barrier inside block_sum_sq_t and then
+ * writes only its own. rmsnorm and rmsnorm_to are this one kernel. TH threads: norm_th(n), a
+ * function of the row length alone, which add_rmsnorm's kernels follow too (backend.h: its
+ * bits are those of the rmsnorm / add / scale sequence). */
+template <int TH>
+__global__ void __launch_bounds__(TH)
     k_rmsnorm(float *dst, const float *src, const float *w, int64_t n, float eps) {
     ls::pdl::enter();
     const float *in = src + (int64_t)blockIdx.x * n;
     float *out = dst + (int64_t)blockIdx.x * n;
     float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) s = fmaf(in[i], in[i], s);
-    __shared__ float red[kThreads / 32];
-    const float scale = rms_scale(block_sum_sq(s, red), n, eps);
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) out[i] = rms_elt(in[i], scale, w, i);
+    for (int64_t i = threadIdx.x; i < n; i += TH) s = fmaf(in[i], in[i], s);
+    __shared__ float red[TH / 32];
+    const float scale = rms_scale(block_sum_sq_t<TH>(s, red), n, eps);
+    for (int64_t i = threadIdx.x; i < n; i += TH) out[i] = rms_elt(in[i], scale, w, i);
+}
+
+/* Threads of a row's norm, here and in add_rmsnorm's kernels: 1024 for rows wider than 1024
+ * (a 27B / 31B model's 5376: a thread's chain of loads and fmaf a quarter as long; with 256
+ * the one-row add_rmsnorm took 7.4-7.9 us of a 31B layer's ~178, H200, docs/benchmarks.md
+ * session 13), else 256: a function of the row length alone. */
+template <class... A>
+cudaError_t launch_rmsnorm(cudaStream_t st, unsigned m, int64_t n, A... a) {
+    return n > 1024 ? ls::pdl::launch(k_rmsnorm<1024>, m, 1024, 0, st, a...)
+                    : ls::pdl::launch(k_rmsnorm<kThreads>, m, kThreads, 0, st, a...);
 }
 
 /* add_rmsnorm, one block per row: t' = rmsnorm_{w_post}(t) (k_rmsnorm's element), x = x + t'
  * (k_add's), x = x * s when s != 1 (k_scale's), then, with xn, xn = rmsnorm_{w_pre}(x)
  * (k_rmsnorm's again). The second sum of squares is taken while x is written: thread t
- * visits i = t, t + 256, ... in increasing order there, exactly k_rmsnorm's loop over the
+ * visits i = t, t + TH, ... in increasing order there, exactly k_rmsnorm's loop over the
  * finished x. t is only read. */
 /* Quantization of a finished row of n elements (n % 32 == 0) for the integer matmul that
- * reads it next (quant_act.cuh), by a whole 256-thread block: thread t takes quads t,
- * t + 256, .. of the row, so the 8 quads of a block sit on 8 consecutive lanes. The row
+ * reads it next (quant_act.cuh), by a whole block of TH threads: thread t takes quads t,
+ * t + TH, .. of the row, so the 8 quads of a block sit on 8 consecutive lanes. The row
  * was written by this block (a barrier comes first) and is read with ordinary loads. */
-template <bool IL>
+template <bool IL, int TH = kThreads>
 __device__ __forceinline__ void quant_row(const float *row, int64_t n, int64_t blk0, int8_t *xq, ls::mmq::Meta *xm) {
     __syncthreads();
     const int64_t nq = n / 4;
-    for (int64_t base = 0; base < nq; base += kThreads) {
+    for (int64_t base = 0; base < nq; base += TH) {
         const int64_t qi = base + threadIdx.x;
         const bool live = qi < nq;
         const int64_t qq = live ? qi : nq - 1;
@@ -241,40 +275,44 @@ __device__ __forceinline__ void quant_row(const float *row, int64_t n, int64_t b
 }
 
 /* Q: 0 none, 1 the plain planes, 2 the MLX 4-bit nibble order (quant_act.cuh). */
-template <int Q>
-__global__ void __launch_bounds__(kThreads)
+template <int Q, int TH>
+__global__ void __launch_bounds__(TH)
     k_add_rmsnorm(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
                   float eps, int8_t *xq, ls::mmq::Meta *xm) {
     ls::pdl::enter();
     const int64_t off = (int64_t)blockIdx.x * n;
     float *xr = x + off;
     const float *tr = t + off;
-    __shared__ float red1[kThreads / 32], red2[kThreads / 32];
+    __shared__ float red1[TH / 32], red2[TH / 32];
     float a = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) a = fmaf(tr[i], tr[i], a);
-    const float sc1 = rms_scale(block_sum_sq(a, red1), n, eps);
+    for (int64_t i = threadIdx.x; i < n; i += TH) a = fmaf(tr[i], tr[i], a);
+    const float sc1 = rms_scale(block_sum_sq_t<TH>(a, red1), n, eps);
     float b = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    for (int64_t i = threadIdx.x; i < n; i += TH) {
         float v = __fadd_rn(xr[i], rms_elt(tr[i], sc1, w_post, i));
         if (s != 1.0f) v = __fmul_rn(v, s);
         xr[i] = v;
         b = fmaf(v, v, b);
     }
     if (!xn) return; /* the same for every thread of the block: no barrier is skipped by some only */
-    const float sc2 = rms_scale(block_sum_sq(b, red2), n, eps);
+    const float sc2 = rms_scale(block_sum_sq_t<TH>(b, red2), n, eps);
     float *o = xn + off;
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) o[i] = rms_elt(xr[i], sc2, w_pre, i); /* own writes */
-    if (Q) quant_row<Q == 2>(o, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
+    for (int64_t i = threadIdx.x; i < n; i += TH) o[i] = rms_elt(xr[i], sc2, w_pre, i); /* own writes */
+    if (Q) quant_row<Q == 2, TH>(o, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
 }
 
-/* k_add_rmsnorm for rows of n <= NPT * kThreads, latency-shaped: a decode step runs it on
- * one row, one block, so its time is the chain of memory round trips between its phases.
- * Here every input element a thread owns (t, x, both norm weights) is loaded at the start,
- * the finished x is kept in registers instead of re-read, and the normed row goes to
- * shared memory for the quantization. The arithmetic is k_add_rmsnorm's, element for
- * element and in the same order (thread t visits i = t, t + 256, .. in increasing i). */
-template <int Q, int NPT>
-__global__ void __launch_bounds__(kThreads)
+/* k_add_rmsnorm for rows of n <= NPT * TH, latency-shaped: a decode step runs it on one
+ * row, one block, so its time is the chain of memory round trips between its phases. Here
+ * every input element a thread owns (t, x, both norm weights) is loaded at the start, the
+ * finished x is kept in registers instead of re-read, and the normed row goes to shared
+ * memory for the quantization. With TH = 256 the arithmetic is k_add_rmsnorm's, element for
+ * element and in the same order (thread t visits i = t, t + 256, .. in increasing i). Rows
+ * wider than 1024 (a 27B / 31B model's 5376) take TH = 1024: a thread's chain of loads,
+ * fmaf and quantized quads is a quarter as long (with 256 threads the kernel took 7.4-7.9 us
+ * of a 31B layer's ~178, H200, docs/benchmarks.md session 13); the sums of squares then
+ * follow block_sum_sq_t's order for 1024 threads, the same for every row count. */
+template <int Q, int NPT, int TH = kThreads>
+__global__ void __launch_bounds__(TH)
     k_add_rmsnorm_r(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
                     float eps, int8_t *xq, ls::mmq::Meta *xm) {
     ls::pdl::enter();
@@ -282,11 +320,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t off = (int64_t)blockIdx.x * n;
     float *xr = x + off;
     const float *tr = t + off;
-    __shared__ float red1[kThreads / 32], red2[kThreads / 32];
+    __shared__ float red1[TH / 32], red2[TH / 32];
     float tv[NPT], xv[NPT], wa[NPT], wb[NPT];
 #pragma unroll
     for (int k = 0; k < NPT; k++) {
-        const int64_t i = threadIdx.x + (int64_t)k * kThreads;
+        const int64_t i = threadIdx.x + (int64_t)k * TH;
         tv[k] = i < n ? tr[i] : 0.0f;
         xv[k] = i < n ? xr[i] : 0.0f;
         wa[k] = i < n && w_post ? w_post[i] : 0.0f;
@@ -295,12 +333,12 @@ __global__ void __launch_bounds__(kThreads)
     float a = 0.0f;
 #pragma unroll
     for (int k = 0; k < NPT; k++)
-        if (threadIdx.x + (int64_t)k * kThreads < n) a = fmaf(tv[k], tv[k], a);
-    const float sc1 = rms_scale(block_sum_sq(a, red1), n, eps);
+        if (threadIdx.x + (int64_t)k * TH < n) a = fmaf(tv[k], tv[k], a);
+    const float sc1 = rms_scale(block_sum_sq_t<TH>(a, red1), n, eps);
     float b = 0.0f;
 #pragma unroll
     for (int k = 0; k < NPT; k++) {
-        const int64_t i = threadIdx.x + (int64_t)k * kThreads;
+        const int64_t i = threadIdx.x + (int64_t)k * TH;
         if (i >= n) continue;
         const float e = w_post ? __fmul_rn(__fmul_rn(tv[k], sc1), wa[k]) : __fmul_rn(tv[k], sc1);
         float v = __fadd_rn(xv[k], e);
@@ -310,31 +348,32 @@ __global__ void __launch_bounds__(kThreads)
         b = fmaf(v, v, b);
     }
     if (!xn) return; /* the same for every thread of the block */
-    const float sc2 = rms_scale(block_sum_sq(b, red2), n, eps);
+    const float sc2 = rms_scale(block_sum_sq_t<TH>(b, red2), n, eps);
     float *o = xn + off;
 #pragma unroll
     for (int k = 0; k < NPT; k++) {
-        const int64_t i = threadIdx.x + (int64_t)k * kThreads;
+        const int64_t i = threadIdx.x + (int64_t)k * TH;
         if (i >= n) continue;
         const float v = w_pre ? __fmul_rn(__fmul_rn(xv[k], sc2), wb[k]) : __fmul_rn(xv[k], sc2);
         o[i] = v;
         if (Q) srow[i] = v;
     }
-    if (Q) quant_row<Q == 2>(srow, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
+    if (Q) quant_row<Q == 2, TH>(srow, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
 }
 
 /* The add_rmsnorm launch: the register-resident kernel when a row fits (n <= 6144: every
- * Gemma width this engine runs), else the general one. Q as in k_add_rmsnorm. */
+ * Gemma width this engine runs; 1024 threads above 1024), else the general one. Q as in
+ * k_add_rmsnorm. */
 template <int Q>
 void launch_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
                         const float *w_pre, int64_t m, int64_t n, float eps, int8_t *xq, ls::mmq::Meta *xm) {
     const size_t sm = Q ? sizeof(float) * (size_t)n : 0;
     if (n <= 4 * kThreads)
         LSC_CHECK(ls::pdl::launch(k_add_rmsnorm_r<Q, 4>, (unsigned)m, kThreads, sm, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
-    else if (n <= 24 * kThreads)
-        LSC_CHECK(ls::pdl::launch(k_add_rmsnorm_r<Q, 24>, (unsigned)m, kThreads, sm, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
+    else if (n <= 6 * 1024)
+        LSC_CHECK(ls::pdl::launch(k_add_rmsnorm_r<Q, 6, 1024>, (unsigned)m, 1024, sm, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
     else
-        LSC_CHECK(ls::pdl::launch(k_add_rmsnorm<Q>, (unsigned)m, kThreads, 0, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
+        LSC_CHECK(ls::pdl::launch(k_add_rmsnorm<Q, 1024>, (unsigned)m, 1024, 0, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
 }
 
 /* One block per row. Angles as kernels/cpu/rope.c builds them: inverse frequency
@@ -387,10 +426,12 @@ constexpr int kMaxHd = 1024;
 
 /* Two tensors of one step's rows (q and k heads) can share a launch: blocks [0, nb0) are
  * the first's (x, w, n_heads), the next m * n_heads2 the second's (x2, w2, n_heads2); a
- * block's work is the same either way. With kv (a device slot {dk, dv} of f16 caches), the
- * launch also does the kv_store2 that follows (k_store2_f16's conversion, element for
- * element): the second tensor's blocks store their finished k rows, and blocks from nbk
- * on convert the nv elements of v. */
+ * block's work is the same either way. With x3 (Gemma 4's value norm: rows of hd, no
+ * weight, no RoPE) the next m * n_heads3 blocks norm x3's heads, as k_rmsnorm does. With kv
+ * (a device slot {dk, dv} of f16 or f32 caches), the launch also does the kv_store2 that
+ * follows (k_store2_f16's conversion or the f32 bytes, element for element): the second
+ * tensor's blocks store their finished k rows, x3's blocks their normed v rows, and without
+ * x3 blocks from nbv on store the nv elements of v. */
 struct NormRope {
     float *x;
     const float *w;
@@ -399,9 +440,14 @@ struct NormRope {
     float *x2;
     const float *w2;
     int32_t n_heads2;
+    int64_t nbk;
+    float *x3;
+    int32_t n_heads3;
+    int64_t nbv;
     void *const *kv;
+    bool f32;
     const float *v;
-    int64_t nv, nbk;
+    int64_t nv;
     int32_t hd;
     float eps;
     int32_t n_pairs;
@@ -409,39 +455,54 @@ struct NormRope {
     float theta_base, freq_scale;
 };
 
+/* element i of a cache row: f16 (round to nearest even) or the f32 bytes */
+__device__ __forceinline__ void kv_put(void *dst, bool f32, int64_t i, float v) {
+    if (f32) static_cast<float *>(dst)[i] = v;
+    else static_cast<__half *>(dst)[i] = __float2half_rn(v);
+}
+
 __global__ void __launch_bounds__(kThreads) k_norm_rope(const NormRope j) {
     ls::pdl::enter();
     __shared__ float red[kThreads / 32];
     __shared__ float v[kMaxHd], cs[kMaxHd / 2], sn[kMaxHd / 2];
     int64_t row = blockIdx.x;
-    if (j.kv && row >= j.nbk) { /* a v-conversion block (uniform over the block) */
-        __half *dv = (__half *)j.kv[1];
-        for (int64_t i = (row - j.nbk) * kThreads + threadIdx.x; i < j.nv; i += (gridDim.x - j.nbk) * kThreads)
-            dv[i] = __float2half_rn(j.v[i]);
+    if (j.kv && row >= j.nbv) { /* a v-store block (uniform over the block) */
+        for (int64_t i = (row - j.nbv) * kThreads + threadIdx.x; i < j.nv; i += (gridDim.x - j.nbv) * kThreads)
+            kv_put(j.kv[1], j.f32, i, j.v[i]);
         return;
     }
     float *x = j.x;
     const float *w = j.w;
     int32_t n_heads = j.n_heads;
-    __half *dk = nullptr;
-    if (row >= j.nb0) { /* uniform over the block */
+    void *dst = nullptr;
+    bool rope = true;
+    if (row >= j.nbk) { /* uniform over the block */
+        row -= j.nbk;
+        x = j.x3;
+        w = nullptr;
+        n_heads = j.n_heads3;
+        rope = false;
+        if (j.kv) dst = j.kv[1];
+    } else if (row >= j.nb0) {
         row -= j.nb0;
         x = j.x2;
         w = j.w2;
         n_heads = j.n_heads2;
-        if (j.kv) dk = (__half *)j.kv[0];
+        if (j.kv) dst = j.kv[0];
     }
-    const int32_t hd = j.hd, n_pairs = j.n_pairs;
+    const int32_t hd = j.hd, n_pairs = rope ? j.n_pairs : 0;
     float *xr = x + row * (int64_t)hd;
     float s = 0.0f;
     for (int32_t i = threadIdx.x; i < hd; i += kThreads) s = fmaf(xr[i], xr[i], s);
     const float scale = rms_scale(block_sum_sq(s, red), hd, j.eps);
     for (int32_t i = threadIdx.x; i < hd; i += kThreads) v[i] = rms_elt(xr[i], scale, w, i);
-    const double p = (double)j.pos[row / n_heads];
-    for (int32_t k = threadIdx.x; k < n_pairs; k += kThreads) {
-        const float2 a = rope_angle(p, k, hd, j.theta_base, j.freq_scale);
-        cs[k] = a.x;
-        sn[k] = a.y;
+    if (rope) {
+        const double p = (double)j.pos[row / n_heads];
+        for (int32_t k = threadIdx.x; k < n_pairs; k += kThreads) {
+            const float2 a = rope_angle(p, k, hd, j.theta_base, j.freq_scale);
+            cs[k] = a.x;
+            sn[k] = a.y;
+        }
     }
     __syncthreads();
     const int32_t half = hd / 2;
@@ -454,7 +515,7 @@ __global__ void __launch_bounds__(kThreads) k_norm_rope(const NormRope j) {
             if (k < n_pairs) o = __fadd_rn(__fmul_rn(v[i], cs[k]), __fmul_rn(v[k], sn[k]));
         }
         xr[i] = o;
-        if (dk) dk[row * (int64_t)hd + i] = __float2half_rn(o);
+        if (dst) kv_put(dst, j.f32, row * (int64_t)hd + i, o);
     }
 }
 
@@ -498,14 +559,14 @@ void ls_cuda_copy_rows(cudaStream_t st, float *dst, int64_t dst_stride, const fl
 void ls_cuda_rmsnorm(cudaStream_t st, float *x, const float *w, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
-    LSC_CHECK(ls::pdl::launch(k_rmsnorm, (unsigned)m, kThreads, 0, st, x, (const float *)x, w, n, eps));
+    LSC_CHECK(launch_rmsnorm(st, (unsigned)m, n, x, (const float *)x, w, n, eps));
     LSC_CHECK_LAUNCH();
 }
 
 void ls_cuda_rmsnorm_to(cudaStream_t st, float *dst, const float *src, const float *w, int64_t m, int64_t n, float eps) {
     if (m <= 0 || n <= 0) return;
     LSC_REQUIRE(m <= INT32_MAX);
-    LSC_CHECK(ls::pdl::launch(k_rmsnorm, (unsigned)m, kThreads, 0, st, dst, src, w, n, eps));
+    LSC_CHECK(launch_rmsnorm(st, (unsigned)m, n, dst, src, w, n, eps));
     LSC_CHECK_LAUNCH();
 }
 
@@ -549,23 +610,31 @@ void ls_cuda_norm_rope(cudaStream_t st, float *x, const float *w, int64_t m, int
     /* no rotated pair: the rope op is a no-op, the sequence is the norm alone */
     if (n_pairs <= 0) return ls_cuda_rmsnorm(st, x, w, m * n_heads, hd, eps);
     LSC_REQUIRE(hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 && m * n_heads <= INT32_MAX);
-    const NormRope j = {x, w, n_heads, m * n_heads, nullptr, nullptr, 0, nullptr, nullptr, 0, 0,
-                        hd, eps, n_pairs, pos, theta_base, freq_scale};
+    NormRope j{};
+    j.x = x, j.w = w, j.n_heads = n_heads;
+    j.nb0 = j.nbk = j.nbv = m * n_heads; /* no second tensor, no value norm, no store */
+    j.hd = hd, j.eps = eps, j.n_pairs = n_pairs, j.pos = pos, j.theta_base = theta_base, j.freq_scale = freq_scale;
     LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(m * n_heads), kThreads, 0, st, j));
     LSC_CHECK_LAUNCH();
 }
 
 void ls_cuda_norm_rope2(cudaStream_t st, float *x, const float *w, int32_t n_heads, float *x2, const float *w2,
-                        int32_t n_heads2, int64_t m, int32_t hd, float eps, int32_t n_pairs, const int32_t *pos,
-                        float theta_base, float freq_scale, void *const *kv, const float *v, int64_t nv) {
+                        int32_t n_heads2, float *x3, int32_t n_heads3, int64_t m, int32_t hd, float eps,
+                        int32_t n_pairs, const int32_t *pos, float theta_base, float freq_scale, void *const *kv,
+                        bool f32, const float *v, int64_t nv) {
     if (m <= 0 || n_heads <= 0 || n_heads2 <= 0 || hd <= 0) return;
-    LSC_REQUIRE(n_pairs > 0 && hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 &&
-                m * ((int64_t)n_heads + n_heads2) <= INT32_MAX / 2);
-    const int64_t nbk = m * ((int64_t)n_heads + n_heads2);
-    const int64_t vb = kv && nv > 0 ? std::min<int64_t>((nv + kThreads - 1) / kThreads, 256) : 0;
-    const NormRope j = {x, w, n_heads, m * n_heads, x2, w2, n_heads2, vb ? kv : nullptr, v, nv, nbk,
-                        hd, eps, n_pairs, pos, theta_base, freq_scale};
-    LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(nbk + vb), kThreads, 0, st, j));
+    LSC_REQUIRE(n_pairs > 0 && hd % 2 == 0 && hd <= kMaxHd && n_pairs <= hd / 2 && (!x3 || n_heads3 > 0) &&
+                m * ((int64_t)n_heads + n_heads2 + (x3 ? n_heads3 : 0)) <= INT32_MAX / 2);
+    LSC_REQUIRE(!(x3 && kv) || (v == x3 && nv == m * n_heads3 * (int64_t)hd));
+    const int64_t nbk = m * ((int64_t)n_heads + n_heads2), nbv = nbk + (x3 ? m * n_heads3 : 0);
+    const int64_t vb = kv && !x3 && nv > 0 ? std::min<int64_t>((nv + kThreads - 1) / kThreads, 256) : 0;
+    NormRope j{};
+    j.x = x, j.w = w, j.n_heads = n_heads, j.nb0 = m * n_heads;
+    j.x2 = x2, j.w2 = w2, j.n_heads2 = n_heads2, j.nbk = nbk;
+    j.x3 = x3, j.n_heads3 = x3 ? n_heads3 : 0, j.nbv = nbv;
+    j.kv = vb || x3 ? kv : nullptr, j.f32 = f32, j.v = v, j.nv = nv;
+    j.hd = hd, j.eps = eps, j.n_pairs = n_pairs, j.pos = pos, j.theta_base = theta_base, j.freq_scale = freq_scale;
+    LSC_CHECK(ls::pdl::launch(k_norm_rope, (unsigned)(nbv + vb), kThreads, 0, st, j));
     LSC_CHECK_LAUNCH();
 }
 
