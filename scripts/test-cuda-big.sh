@@ -70,15 +70,16 @@ row "wrote 31B-geometry L$LAYERS + assistant" "$(( $(date +%s) - t0 )) s, $(du -
 probe_k() { local k; for k in "$@"; do "$CLI" probe --device cuda -m "$T" --draft-block-size "$k" || return 1; done; }
 check "probe 31B-geometry L$LAYERS, K=2,4,8,16" probe_k 2 4 8 16
 # prefill (the block tiles from 48 rows, mmq_tile.cu), chain (the one-row kernels), prefill:64
-# and prefill:7 (the small-M kernel) over a ~780-token prompt: the same bytes
+# and prefill:7 (the small-M kernel), prefill:3 (its paired-plane form for up to 4 rows) over a
+# ~780-token prompt: the same bytes
 logits_modes() {
   local m=$1 mode ok=0 prompt
   prompt=$(for i in $(seq 1 60); do printf 'The quick brown fox %d jumps over the lazy dog. ' "$i"; done)
-  for mode in prefill chain prefill:64 prefill:7; do
+  for mode in prefill chain prefill:64 prefill:7 prefill:3; do
     "$CLI" logits --device cuda -m "$m" -p "$prompt" --mode "$mode" -o "$DIR/l_$mode.f32" 2>"$DIR/lerr" ||
       { cat "$DIR/lerr"; rm -f "$DIR"/l_*.f32; return 1; }
   done
-  for mode in chain prefill:64 prefill:7; do
+  for mode in chain prefill:64 prefill:7 prefill:3; do
     cmp -s "$DIR/l_prefill.f32" "$DIR/l_$mode.f32" || { echo "$mode differs from prefill"; ok=1; }
   done
   rm -f "$DIR"/l_*.f32

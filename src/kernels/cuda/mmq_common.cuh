@@ -50,17 +50,25 @@ inline bool use_tile(int key, bool a16, int64_t M, int64_t N) {
     return type && M >= TILE_MIN_ROWS && ((M + 63) / 64) * ((N + 127) / 128) >= TILE_MIN_BLOCKS;
 }
 /* The small-M tensor-core kernel (mmq_small.cu: tiles of 16 weight rows x 8 activation
- * rows, weights staged through shared memory) is nearly flat in M up to 8 rows but streams
- * a one-row call at 1.0-2.3 TB/s against the dp4a kernel's 1.7-3.4 (H200, test_cuda_matmul
- * --bench, docs/benchmarks.md session 8): it serves the calls from the row count where it
- * measured faster on 21504 x 5376 and 5376 x 21504 matrices: Q4_K from 3 rows, Q8_0 and
- * MLX 8-bit (key 108) from 5, every other type at 8. */
+ * rows, weights staged through shared memory; up to 4 rows both activation planes in one mma)
+ * is nearly flat in M up to 8 rows but streams a one-row call at 1.0-2.3 TB/s against the
+ * dp4a kernel's 1.7-3.4 (H200, test_cuda_matmul --bench, docs/benchmarks.md session 8): it
+ * serves the calls from the row count where it measured faster on 21504 x 5376 and 5376 x
+ * 21504 matrices (session 13, with the paired planes; 2 / 4 rows, us, small vs dp4a): Q4_K
+ * from 3 rows (4: 51 / 69 vs 93 / 124), MLX 8-bit (key 108) and Q8_0 from 4 (MLX 8-bit 4: 64
+ * / 70 vs 65 / 87, 2: 63 / 66 vs 44 / 40; Q8_0 4: 53 / 67 vs 76 / 68), every other type at 8
+ * (MLX 4-bit 4: 58 / 58 vs 51 / 48; Q6_K 4: 95 / 125 vs 90 / 102). 3 rows were not measured
+ * for MLX 8-bit / Q8_0: they stay on the dp4a kernel. */
 constexpr int64_t SMALL_MAX_ROWS = 8;
 inline int64_t small_min_rows(int key) {
+#ifdef LS_SMALL_MIN_ROWS /* compile-time override, for measuring */
+    (void)key;
+    return LS_SMALL_MIN_ROWS;
+#endif
     switch (key) {
     case LS_TYPE_Q4_K: return 3;
     case LS_TYPE_Q8_0:
-    case 108: return 5;
+    case 108: return 4;
     default: return 8;
     }
 }

@@ -163,62 +163,104 @@ struct SLegacy {
     }
 };
 
-/* One block of the tile for the thread's two weight rows r0 (row g) and r1 (row g + 8):
- * la[k] is output (row g + 8 (k >> 1), column 2 t4 + (k & 1)), the expressions of
- * mmq_mma.cu's fold_block; columns past nr are not computed. */
-template <class T>
-__device__ __forceinline__ void fold1(float (&la)[4], const WBlk &r0, const WBlk &r1, const XFrag &xf,
-                                      const float (&dx)[2], const float (&xs)[2], const int (&v1)[2], int t4,
-                                      int nr) {
-    if (T::KIND != 2) {
-        int sh[4], sl[4];
-        mma_k32<T::AU>(sh, r0.lo, r1.lo, r0.hi, r1.hi, xf.h.x, xf.h.y);
-        mma_k32<T::AU>(sl, r0.lo, r1.lo, r0.hi, r1.hi, xf.l.x, xf.l.y);
+/* One block of the tile for the thread's two weight rows r0 (row g) and r1 (row g + 8), the
+ * expressions of mmq_mma.cu's fold_block; columns past nr are not computed.
+ * PP false (5..8 activation rows): the B operand's 8 columns are activation rows and the two
+ * planes take one mma each; la[k] is output (row g + 8 (k >> 1), column 2 t4 + (k & 1)).
+ * PP true (up to 4 rows, a verify block of 4): the 8 columns are (activation row n >> 1, plane
+ * n & 1), so one mma forms both planes of 4 rows and thread t4 holds the hi / lo sums of
+ * activation row t4 side by side (C columns 2 t4, 2 t4 + 1): half the mma and half the folds
+ * of a tile whose columns 4..7 would be padding; la[k] is output (row g + 8 k, column t4).
+ * The exact integer S and the f32 steps per output are the same either way. */
+template <class T, bool PP>
+__device__ __forceinline__ void fold1(float (&la)[PP ? 2 : 4], const WBlk &r0, const WBlk &r1, const XFrag &xf,
+                                      const float (&dx)[PP ? 1 : 2], const float (&xs)[PP ? 1 : 2],
+                                      const int (&v1)[PP ? 1 : 2], int t4, int nr) {
+    if constexpr (PP) {
+        if (T::KIND != 2) {
+            int c[4];
+            mma_k32<T::AU>(c, r0.lo, r1.lo, r0.hi, r1.hi, xf.h.x, xf.h.y);
+            if (t4 >= nr) return;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (2 * t4 + (k & 1) >= nr) continue;
-            const WBlk &r = k < 2 ? r0 : r1;
-            int S = sh[k] * 256 + sl[k];
-            if constexpr (T::KIND == 3) S -= T::OFF * v1[k & 1];
-            float acc = fmaf(r.a * dx[k & 1], (float)S, la[k]);
-            if (T::KIND == 0) acc = fmaf(r.b, xs[k & 1], acc);
-            la[k] = acc;
+            for (int k = 0; k < 2; k++) {
+                const WBlk &r = k ? r1 : r0;
+                int S = c[2 * k] * 256 + c[2 * k + 1];
+                if constexpr (T::KIND == 3) S -= T::OFF * v1[0];
+                float acc = fmaf(r.a * dx[0], (float)S, la[k]);
+                if (T::KIND == 0) acc = fmaf(r.b, xs[0], acc);
+                la[k] = acc;
+            }
+        } else {
+            /* Q6_K: the halves' sums separately; threads t4 < 2 hold half 0 */
+            const bool h0 = t4 < 2;
+            const uint32_t z = 0;
+            int s0[4], s1[4];
+            mma_k32<true>(s0, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z, xf.h.x, xf.h.y);
+            mma_k32<true>(s1, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, xf.h.x, xf.h.y);
+            if (t4 >= nr) return;
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                const WBlk &r = k ? r1 : r0;
+                const float d = dx[0];
+                const int S0 = (s0[2 * k] * 256 + s0[2 * k + 1]) - 32 * __float_as_int(xs[0]);
+                const int S1 = (s1[2 * k] * 256 + s1[2 * k + 1]) - 32 * v1[0];
+                const float acc = fmaf(r.a * d, (float)S0, la[k]);
+                la[k] = fmaf(r.b * d, (float)S1, acc);
+            }
         }
+        return;
     } else {
-        /* Q6_K: the halves' sums separately; threads t4 < 2 hold half 0 */
-        const bool h0 = t4 < 2;
-        const uint32_t z = 0;
-        int s0h[4], s0l[4], s1h[4], s1l[4];
-        mma_k32<true>(s0h, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z, xf.h.x, xf.h.y);
-        mma_k32<true>(s0l, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z, xf.l.x, xf.l.y);
-        mma_k32<true>(s1h, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, xf.h.x, xf.h.y);
-        mma_k32<true>(s1l, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, xf.l.x, xf.l.y);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (2 * t4 + (k & 1) >= nr) continue;
-            const WBlk &r = k < 2 ? r0 : r1;
-            const float d = dx[k & 1];
-            const int S0 = (s0h[k] * 256 + s0l[k]) - 32 * __float_as_int(xs[k & 1]);
-            const int S1 = (s1h[k] * 256 + s1l[k]) - 32 * v1[k & 1];
-            const float acc = fmaf(r.a * d, (float)S0, la[k]);
-            la[k] = fmaf(r.b * d, (float)S1, acc);
+        if (T::KIND != 2) {
+            int sh[4], sl[4];
+            mma_k32<T::AU>(sh, r0.lo, r1.lo, r0.hi, r1.hi, xf.h.x, xf.h.y);
+            mma_k32<T::AU>(sl, r0.lo, r1.lo, r0.hi, r1.hi, xf.l.x, xf.l.y);
+    #pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if (2 * t4 + (k & 1) >= nr) continue;
+                const WBlk &r = k < 2 ? r0 : r1;
+                int S = sh[k] * 256 + sl[k];
+                if constexpr (T::KIND == 3) S -= T::OFF * v1[k & 1];
+                float acc = fmaf(r.a * dx[k & 1], (float)S, la[k]);
+                if (T::KIND == 0) acc = fmaf(r.b, xs[k & 1], acc);
+                la[k] = acc;
+            }
+        } else {
+            /* Q6_K: the halves' sums separately; threads t4 < 2 hold half 0 */
+            const bool h0 = t4 < 2;
+            const uint32_t z = 0;
+            int s0h[4], s0l[4], s1h[4], s1l[4];
+            mma_k32<true>(s0h, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z, xf.h.x, xf.h.y);
+            mma_k32<true>(s0l, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z, xf.l.x, xf.l.y);
+            mma_k32<true>(s1h, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, xf.h.x, xf.h.y);
+            mma_k32<true>(s1l, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, xf.l.x, xf.l.y);
+    #pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if (2 * t4 + (k & 1) >= nr) continue;
+                const WBlk &r = k < 2 ? r0 : r1;
+                const float d = dx[k & 1];
+                const int S0 = (s0h[k] * 256 + s0l[k]) - 32 * __float_as_int(xs[k & 1]);
+                const int S1 = (s1h[k] * 256 + s1l[k]) - 32 * v1[k & 1];
+                const float acc = fmaf(r.a * d, (float)S0, la[k]);
+                la[k] = fmaf(r.b * d, (float)S1, acc);
+            }
         }
     }
 }
 
 /* The activation side of one block: the B fragment at p (this thread's column g and
- * k-slice t4, a real row) and the metadata m0 / m1 of the thread's columns 2 t4 + e (only
- * columns < nr are read): dx; X, or Q6_K's V0 bits and V1, or V0 + V1. */
-template <class T>
-__device__ __forceinline__ void load_x1(XFrag &xf, float (&dx)[2], float (&xs)[2], int (&v1)[2],
-                                        const int8_t *__restrict__ p, const Meta *__restrict__ m0,
-                                        const Meta *__restrict__ m1, int t4, int nr) {
-    xf.h = __ldg(reinterpret_cast<const uint2 *>(p));
-    xf.l = __ldg(reinterpret_cast<const uint2 *>(p + QB));
+ * k-slice t4, a real row) and the metadata m0 / m1 of the thread's columns 2 t4 + e, or with
+ * PP m0 of activation row t4 (only rows < nr are read): dx; X, or Q6_K's V0 bits and V1, or
+ * V0 + V1. */
+template <class T, bool PP>
+__device__ __forceinline__ void load_x1(XFrag &xf, float (&dx)[PP ? 1 : 2], float (&xs)[PP ? 1 : 2],
+                                        int (&v1)[PP ? 1 : 2], const int8_t *__restrict__ p,
+                                        const Meta *__restrict__ m0, const Meta *__restrict__ m1, int t4, int nr) {
+    xf.h = __ldg(reinterpret_cast<const uint2 *>(p)); /* PP: the plane of column g, already in p */
+    if (!PP) xf.l = __ldg(reinterpret_cast<const uint2 *>(p + QB));
 #pragma unroll
-    for (int e = 0; e < 2; e++) {
+    for (int e = 0; e < (PP ? 1 : 2); e++) {
         dx[e] = 0.0f, xs[e] = 0.0f, v1[e] = 0;
-        if (2 * t4 + e >= nr) continue;
+        if ((PP ? t4 : 2 * t4 + e) >= nr) continue;
         const float *mp = reinterpret_cast<const float *>(e == 0 ? m0 : m1);
         if (T::KIND == 0) {
             const float2 v = __ldg(reinterpret_cast<const float2 *>(mp));
@@ -356,19 +398,20 @@ struct XStage {
 
 /* The stage's chunks cl = warp V + h0 + i (i < H, below cnt) for this thread's rows r0 / r1:
  * every load first, then the mma and folds (independent chains the scheduler can overlap). */
-template <class T, bool AL>
-__device__ __forceinline__ void stage_compute(float (&la)[Geo<T>::V][4], const Ctx &c, const SRow &r0,
+template <class T, bool AL, bool PP>
+__device__ __forceinline__ void stage_compute(float (&la)[Geo<T>::V][PP ? 2 : 4], const Ctx &c, const SRow &r0,
                                               const SRow &r1, const XStage &xs_, int j0, int cnt, int warp, int t4,
                                               int nr) {
     using G = Geo<T>;
     constexpr int V = G::V;
     constexpr int H = Occ<T>::H;
+    constexpr int NC = PP ? 1 : 2; /* activation rows whose metadata a thread folds with */
 #pragma unroll
     for (int h0 = 0; h0 < V; h0 += H) {
         WBlk w0[H][T::XB], w1[H][T::XB];
         XFrag xf[H][T::XB];
-        float dx[H][T::XB][2], xs[H][T::XB][2];
-        int v1[H][T::XB][2];
+        float dx[H][T::XB][NC], xs[H][T::XB][NC];
+        int v1[H][T::XB][NC];
 #pragma unroll
         for (int i = 0; i < H; i++) {
             const int cl = warp * V + h0 + i;
@@ -379,7 +422,7 @@ __device__ __forceinline__ void stage_compute(float (&la)[Geo<T>::V][4], const C
 #pragma unroll
             for (int b = 0; b < T::XB; b++) {
                 const int o = (h0 + i) * T::XB + b;
-                load_x1<T>(xf[i][b], dx[i][b], xs[i][b], v1[i][b], xs_.xq + (xs_.x + (uint32_t)o * XB_BYTES),
+                load_x1<T, PP>(xf[i][b], dx[i][b], xs[i][b], v1[i][b], xs_.xq + (xs_.x + (uint32_t)o * XB_BYTES),
                            xs_.xm + (xs_.m0 + (uint32_t)o), xs_.xm + (xs_.m1 + (uint32_t)o), t4, nr);
             }
         }
@@ -388,7 +431,7 @@ __device__ __forceinline__ void stage_compute(float (&la)[Geo<T>::V][4], const C
             if (warp * V + h0 + i >= cnt) break;
 #pragma unroll
             for (int b = 0; b < T::XB; b++)
-                fold1<T>(la[h0 + i], w0[i][b], w1[i][b], xf[i][b], dx[i][b], xs[i][b], v1[i][b], t4, nr);
+                fold1<T, PP>(la[h0 + i], w0[i][b], w1[i][b], xf[i][b], dx[i][b], xs[i][b], v1[i][b], t4, nr);
         }
     }
 }
@@ -396,7 +439,7 @@ __device__ __forceinline__ void stage_compute(float (&la)[Geo<T>::V][4], const C
 /* One weight's tile: rows n0 .. n0 + 15, activation rows m0 .. m0 + nr - 1 (nr <= 8).
  * smem: two stage buffers of stage_bytes(nr). The first stages' copies are issued before
  * ls::pdl::enter() (the kernel's entry). */
-template <class T, bool ONE>
+template <class T, bool ONE, bool PP>
 __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restrict__ xq,
                                            const Meta *__restrict__ xm, float *__restrict__ y, int64_t n0,
                                            int64_t m0, int nr_, uint8_t *smem) {
@@ -431,10 +474,17 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
 
     const int64_t nbk = c.K / QB;
     const int wn0 = (int)(n0 + g < c.N ? n0 + g : c.N - 1), wn1 = (int)(n0 + g + 8 < c.N ? n0 + g + 8 : c.N - 1);
-    const int ao = (int)((m0 + (g < nr ? g : nr - 1)) * nbk);
+    /* the thread's B column: activation row g, or with PP row g >> 1's plane g & 1; the rows of
+     * its metadata: 2 t4 + e, or with PP t4 (clamped to real rows) */
+    const int gr = PP ? g >> 1 : g;
+    const int ao = (int)((m0 + (gr < nr ? gr : nr - 1)) * nbk);
+    const uint32_t plane = PP ? (uint32_t)(g & 1) * QB : 0u;
     int mo[2];
 #pragma unroll
-    for (int e = 0; e < 2; e++) mo[e] = (int)((m0 + (2 * t4 + e < nr ? 2 * t4 + e : nr - 1)) * nbk);
+    for (int e = 0; e < 2; e++) {
+        const int r = PP ? t4 : 2 * t4 + e;
+        mo[e] = (int)((m0 + (r < nr ? r : nr - 1)) * nbk);
+    }
     const uint8_t *g0 = c.w + (size_t)wn0 * c.row_bytes, *g1 = c.w + (size_t)wn1 * c.row_bytes;
     const uint8_t *s0 = nullptr, *s1 = nullptr, *q0 = nullptr, *q1 = nullptr; /* MLX scale / bias rows */
     if (T::MLX) {
@@ -442,7 +492,8 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
         s0 = c.sc + (size_t)wn0 * rs, s1 = c.sc + (size_t)wn1 * rs;
         q0 = c.bi + (size_t)wn0 * rs, q1 = c.bi + (size_t)wn1 * rs;
     }
-    float la[V][4];
+    constexpr int NO = PP ? 2 : 4; /* outputs a thread folds per chunk */
+    float la[V][NO];
     float tot = 0.0f; /* output (row t / nr, column t % nr) for threads t < 16 nr */
     Cursor cs{0, 0};
     for (int s = 0; cs.u0 < nu; s++) {
@@ -452,7 +503,7 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
 #pragma unroll
             for (int v = 0; v < V; v++)
 #pragma unroll
-                for (int k = 0; k < 4; k++) la[v][k] = 0.0f;
+                for (int k = 0; k < NO; k++) la[v][k] = 0.0f;
         }
         const int cnt = stage_chunks(cs, CW, nu, nch);
         const int64_t b0 = (int64_t)(cs.j0 / T::CPS) * T::SBB;
@@ -471,13 +522,13 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
             r0.ga = r1.ga = ga;
         }
         const uint32_t blk0 = (uint32_t)((cs.j0 + warp * V) * T::XB); /* the warp's first block */
-        const XStage xst{xq, xm, ((uint32_t)ao + blk0) * XB_BYTES + 8 * t4, (uint32_t)mo[0] + blk0,
+        const XStage xst{xq, xm, ((uint32_t)ao + blk0) * XB_BYTES + plane + 8 * t4, (uint32_t)mo[0] + blk0,
                          (uint32_t)mo[1] + blk0};
         if constexpr (T::ALN) {
-            if (c.a16) stage_compute<T, true>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
-            else stage_compute<T, false>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
+            if (c.a16) stage_compute<T, true, PP>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
+            else stage_compute<T, false, PP>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
         } else {
-            stage_compute<T, false>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
+            stage_compute<T, false, PP>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
         }
         if (cs.j0 + U >= nch) { /* the range's last round: its lanes join the totals */
             float *red = reinterpret_cast<float *>(buf); /* the stage's spans are read: reused */
@@ -487,8 +538,8 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
                 const int l = warp * V + v;
                 if (cs.u0 + l >= nu) break;
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const int col = 2 * t4 + (k & 1), row = g + 8 * (k >> 1);
+                for (int k = 0; k < NO; k++) {
+                    const int col = PP ? t4 : 2 * t4 + (k & 1), row = PP ? g + 8 * k : g + 8 * (k >> 1);
                     if (col < nr) red[(l * ROWS + row) * nr + col] = la[v][k];
                 }
             }
@@ -527,7 +578,7 @@ struct SmallGroup {
     int n;
 };
 
-template <class T, bool ONE>
+template <class T, bool ONE, bool PP>
 __global__ void __launch_bounds__(32 * SW, Occ<T>::MINB) small_kernel(const SmallGroup sg, const int8_t *__restrict__ xq,
                                                          const Meta *__restrict__ xm, int64_t M) {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -537,7 +588,7 @@ __global__ void __launch_bounds__(32 * SW, Occ<T>::MINB) small_kernel(const Smal
     ls::mmq::group_pick(sg, yb, c, y);
     const int64_t m0 = (int64_t)blockIdx.x * COLS;
     const int nr = (int)(M - m0 < COLS ? M - m0 : COLS);
-    small_body<T, ONE>(c, xq, xm, y, yb * ROWS, m0, nr, smem); /* calls ls::pdl::enter() */
+    small_body<T, ONE, PP>(c, xq, xm, y, yb * ROWS, m0, nr, smem); /* calls ls::pdl::enter() */
 }
 
 template <class T>
@@ -560,16 +611,23 @@ int small_t(cudaStream_t st, const Ctx *c, float *const *y, int n, const int8_t 
     if (smem > 48 * 1024 && cudaGetDevice(&dev) == cudaSuccess &&
         (dev >= 32 || !(raised.load(std::memory_order_relaxed) & (1u << dev)))) {
         const int cap = 2 * stage_bytes<T>(COLS);
-        if (cudaFuncSetAttribute(small_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, cap) !=
-            cudaSuccess)
+        if (cudaFuncSetAttribute(small_kernel<T, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, cap) !=
+                cudaSuccess ||
+            cudaFuncSetAttribute(small_kernel<T, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, cap) !=
+                cudaSuccess ||
+            cudaFuncSetAttribute(small_kernel<T, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, cap) !=
+                cudaSuccess)
             return -1;
         if (dev < 32) raised.fetch_or(1u << dev, std::memory_order_relaxed);
     }
     const int64_t gx = (M + COLS - 1) / COLS;
     if (nb > 65535 || gx > 0x7fffffff) return -1;
     const dim3 grid((unsigned)gx, (unsigned)nb);
-    const cudaError_t e = M == 1 ? ls::pdl::launch(small_kernel<T, true>, grid, 32 * SW, smem, st, sg, xq, xm, M)
-                                 : ls::pdl::launch(small_kernel<T, false>, grid, 32 * SW, smem, st, sg, xq, xm, M);
+    /* up to 4 rows: both planes in one mma (fold1's PP) */
+    const cudaError_t e =
+        M == 1  ? ls::pdl::launch(small_kernel<T, true, true>, grid, 32 * SW, smem, st, sg, xq, xm, M)
+        : M <= 4 ? ls::pdl::launch(small_kernel<T, false, true>, grid, 32 * SW, smem, st, sg, xq, xm, M)
+                 : ls::pdl::launch(small_kernel<T, false, false>, grid, 32 * SW, smem, st, sg, xq, xm, M);
     return e == cudaSuccess ? 0 : -1;
 }
 
