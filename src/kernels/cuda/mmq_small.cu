@@ -436,6 +436,36 @@ __device__ __forceinline__ void stage_compute(float (&la)[Geo<T>::V][PP ? 2 : 4]
     }
 }
 
+/* After a lane range's last round (lanes u0 .. u0 + CW - 1, below nu): each lane's partials la
+ * go through red (the stage buffer just read) and thread t < 16 nr adds those of output (row
+ * t / nr, column t % nr) to its running total tot in lane order (the first lane starts it). */
+template <class T, bool PP>
+__device__ __forceinline__ void join_lanes(float &tot, const float (&la)[Geo<T>::V][PP ? 2 : 4], float *red, int u0,
+                                           int nu, int nr, int warp, int g, int t4) {
+    constexpr int V = Geo<T>::V, CW = Geo<T>::CW;
+    __syncthreads();
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        const int l = warp * V + v;
+        if (u0 + l >= nu) break;
+#pragma unroll
+        for (int k = 0; k < (PP ? 2 : 4); k++) {
+            const int col = PP ? t4 : 2 * t4 + (k & 1), row = PP ? g + 8 * k : g + 8 * (k >> 1);
+            if (col < nr) red[(l * ROWS + row) * nr + col] = la[v][k];
+        }
+    }
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t < ROWS * nr) {
+        const int row = t / nr, col = t % nr;
+        const int nl = nu - u0 < CW ? nu - u0 : CW;
+        for (int l = 0; l < nl; l++) {
+            const float p = red[(l * ROWS + row) * nr + col];
+            tot = u0 == 0 && l == 0 ? p : tot + p;
+        }
+    }
+}
+
 /* One weight's tile: rows n0 .. n0 + 15, activation rows m0 .. m0 + nr - 1 (nr <= 8).
  * smem: two stage buffers of stage_bytes(nr). The first stages' copies are issued before
  * ls::pdl::enter() (the kernel's entry). */
@@ -530,30 +560,8 @@ __device__ __forceinline__ void small_body(const Ctx &c, const int8_t *__restric
         } else {
             stage_compute<T, false, PP>(la, c, r0, r1, xst, cs.j0, cnt, warp, t4, nr);
         }
-        if (cs.j0 + U >= nch) { /* the range's last round: its lanes join the totals */
-            float *red = reinterpret_cast<float *>(buf); /* the stage's spans are read: reused */
-            __syncthreads();
-#pragma unroll
-            for (int v = 0; v < V; v++) {
-                const int l = warp * V + v;
-                if (cs.u0 + l >= nu) break;
-#pragma unroll
-                for (int k = 0; k < NO; k++) {
-                    const int col = PP ? t4 : 2 * t4 + (k & 1), row = PP ? g + 8 * k : g + 8 * (k >> 1);
-                    if (col < nr) red[(l * ROWS + row) * nr + col] = la[v][k];
-                }
-            }
-            __syncthreads();
-            const int t = threadIdx.x;
-            if (t < ROWS * nr) {
-                const int row = t / nr, col = t % nr;
-                const int nl = nu - cs.u0 < CW ? nu - cs.u0 : CW;
-                for (int l = 0; l < nl; l++) {
-                    const float p = red[(l * ROWS + row) * nr + col];
-                    tot = cs.u0 == 0 && l == 0 ? p : tot + p;
-                }
-            }
-        }
+        if (cs.j0 + U >= nch) /* the range's last round: its lanes join the totals */
+            join_lanes<T, PP>(tot, la, reinterpret_cast<float *>(buf), cs.u0, nu, nr, warp, g, t4);
         __syncthreads(); /* the buffer is free again */
         issue<T>(buf, c, cr, ld, nu);
         advance(ld, U, CW, nch);
