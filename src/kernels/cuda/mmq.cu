@@ -523,8 +523,8 @@ __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict
      * would keep the warp issuing W rows' work for e busy lanes. When the rows' W e tail
      * chunks take fewer rounds dealt one to a lane, the main loop stops at the last full round
      * and lane t folds tail chunk (row t / e, chunk full + t mod e) into that virtual lane's
-     * partial, read from and written back to `red` (gemv_tail): the same chunk sequence per
-     * virtual lane, so the same bits. */
+     * partial, read from and written back to `red` (the `if (tail)` block after the loop):
+     * the same chunk sequence per virtual lane, so the same bits. */
     const int full = nch & ~31, e = nch - full;
     /* uniform; compiled for the types of one block a chunk only: a Q4_K row's preloaded
      * tail chunk took its kernels from 167 to 255 registers */

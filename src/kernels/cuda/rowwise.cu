@@ -226,9 +226,9 @@ __device__ __forceinline__ float rms_elt(float x, float scale, const float *w, i
 
 /* One block per row: dst = src / sqrt(mean(src^2) + eps) * w. In place (rmsnorm) when dst ==
  * src: every thread reads all its elements before the barrier inside block_sum_sq_t and then
- * writes only its own. rmsnorm and rmsnorm_to are this one kernel. TH threads: norm_th(n), a
- * function of the row length alone, which add_rmsnorm's kernels follow too (backend.h: its
- * bits are those of the rmsnorm / add / scale sequence). */
+ * writes only its own. rmsnorm and rmsnorm_to are this one kernel. TH threads: 1024 for a
+ * wide_row, else 256, a function of the row length alone, which add_rmsnorm's kernels follow
+ * too (backend.h: its bits are those of the rmsnorm / add / scale sequence). */
 template <int TH>
 __global__ void __launch_bounds__(TH)
     k_rmsnorm(float *dst, const float *src, const float *w, int64_t n, float eps) {
@@ -242,13 +242,16 @@ __global__ void __launch_bounds__(TH)
     for (int64_t i = threadIdx.x; i < n; i += TH) out[i] = rms_elt(in[i], scale, w, i);
 }
 
-/* Threads of a row's norm, here and in add_rmsnorm's kernels: 1024 for rows wider than 1024
- * (a 27B / 31B model's 5376: a thread's chain of loads and fmaf a quarter as long; with 256
- * the one-row add_rmsnorm took 7.4-7.9 us of a 31B layer's ~178, H200, docs/benchmarks.md
- * session 13), else 256: a function of the row length alone. */
+/* Whether a row's norm takes 1024 threads (here and in add_rmsnorm's kernels) instead of 256:
+ * rows wider than 1024 (a 27B / 31B model's 5376: a thread's chain of loads and fmaf a quarter
+ * as long; with 256 the one-row add_rmsnorm took 7.4-7.9 us of a 31B layer's ~178, H200,
+ * docs/benchmarks.md session 13). A function of the row length alone. */
+inline bool wide_row(int64_t n) {
+    return n > 4 * kThreads;
+}
 template <class... A>
 cudaError_t launch_rmsnorm(cudaStream_t st, unsigned m, int64_t n, A... a) {
-    return n > 1024 ? ls::pdl::launch(k_rmsnorm<1024>, m, 1024, 0, st, a...)
+    return wide_row(n) ? ls::pdl::launch(k_rmsnorm<1024>, m, 1024, 0, st, a...)
                     : ls::pdl::launch(k_rmsnorm<kThreads>, m, kThreads, 0, st, a...);
 }
 
@@ -306,11 +309,9 @@ __global__ void __launch_bounds__(TH)
  * every input element a thread owns (t, x, both norm weights) is loaded at the start, the
  * finished x is kept in registers instead of re-read, and the normed row goes to shared
  * memory for the quantization. With TH = 256 the arithmetic is k_add_rmsnorm's, element for
- * element and in the same order (thread t visits i = t, t + 256, .. in increasing i). Rows
- * wider than 1024 (a 27B / 31B model's 5376) take TH = 1024: a thread's chain of loads,
- * fmaf and quantized quads is a quarter as long (with 256 threads the kernel took 7.4-7.9 us
- * of a 31B layer's ~178, H200, docs/benchmarks.md session 13); the sums of squares then
- * follow block_sum_sq_t's order for 1024 threads, the same for every row count. */
+ * element and in the same order (thread t visits i = t, t + 256, .. in increasing i). A
+ * wide_row takes TH = 1024: the sums of squares then follow block_sum_sq_t's order for 1024
+ * threads, k_rmsnorm<1024>'s, the same for every row count. */
 template <int Q, int NPT, int TH = kThreads>
 __global__ void __launch_bounds__(TH)
     k_add_rmsnorm_r(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
@@ -368,7 +369,7 @@ template <int Q>
 void launch_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
                         const float *w_pre, int64_t m, int64_t n, float eps, int8_t *xq, ls::mmq::Meta *xm) {
     const size_t sm = Q ? sizeof(float) * (size_t)n : 0;
-    if (n <= 4 * kThreads)
+    if (!wide_row(n))
         LSC_CHECK(ls::pdl::launch(k_add_rmsnorm_r<Q, 4>, (unsigned)m, kThreads, sm, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
     else if (n <= 6 * 1024)
         LSC_CHECK(ls::pdl::launch(k_add_rmsnorm_r<Q, 6, 1024>, (unsigned)m, 1024, sm, st, x, t, w_post, s, xn, w_pre, n, eps, xq, xm));
