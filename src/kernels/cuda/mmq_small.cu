@@ -208,13 +208,12 @@ __device__ __forceinline__ void fold1(float (&la)[PP ? 2 : 4], const WBlk &r0, c
                 la[k] = fmaf(r.b * d, (float)S1, acc);
             }
         }
-        return;
     } else {
         if (T::KIND != 2) {
             int sh[4], sl[4];
             mma_k32<T::AU>(sh, r0.lo, r1.lo, r0.hi, r1.hi, xf.h.x, xf.h.y);
             mma_k32<T::AU>(sl, r0.lo, r1.lo, r0.hi, r1.hi, xf.l.x, xf.l.y);
-    #pragma unroll
+#pragma unroll
             for (int k = 0; k < 4; k++) {
                 if (2 * t4 + (k & 1) >= nr) continue;
                 const WBlk &r = k < 2 ? r0 : r1;
@@ -233,7 +232,7 @@ __device__ __forceinline__ void fold1(float (&la)[PP ? 2 : 4], const WBlk &r0, c
             mma_k32<true>(s0l, h0 ? r0.lo : z, h0 ? r1.lo : z, h0 ? r0.hi : z, h0 ? r1.hi : z, xf.l.x, xf.l.y);
             mma_k32<true>(s1h, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, xf.h.x, xf.h.y);
             mma_k32<true>(s1l, h0 ? z : r0.lo, h0 ? z : r1.lo, h0 ? z : r0.hi, h0 ? z : r1.hi, xf.l.x, xf.l.y);
-    #pragma unroll
+#pragma unroll
             for (int k = 0; k < 4; k++) {
                 if (2 * t4 + (k & 1) >= nr) continue;
                 const WBlk &r = k < 2 ? r0 : r1;
