@@ -727,6 +727,9 @@ int main(int argc, char **argv) {
         {"q8_0k", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 37, 65536, 0, false},
         {"q4_kk", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 21, 65536, 2, false},
         {"q6_kk", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 29, 8192, 0, false},
+        /* four k-warps and a partial last round (264 chunks, 8 past the last full round):
+         * the one-row kernel's tail dealt one chunk to a lane (mmq.cu gemv_body) with KW = 4 */
+        {"q6_kt", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 23, 8448, 0, false},
     };
     const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
     const ls_type sbs[] = {LS_TYPE_F32, LS_TYPE_F16, LS_TYPE_BF16};
@@ -745,6 +748,8 @@ int main(int argc, char **argv) {
      * ALN) with f32 scales of group 32 (the widest staged scale span) */
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 32, LS_TYPE_F32, 61, 1344, 4, false});
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 45, 32768, 0, false});
+    /* MLX 8-bit with four k-warps (2056 chunks) and a partial last round: gemv_body's tail, KW = 4 */
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 13, 65792, 0, false});
     int fails = 0;
     for (const Case &c : cases) fails += !test_case(c, quick);
     fails += !test_group("q4_0", LS_TYPE_Q4_0, 0) + !test_group("q5_0", LS_TYPE_Q5_0, 0);

@@ -27,7 +27,11 @@
  *     K / V row straight from memory into registers (16-byte loads where aligned; a warp
  *     reads a row's contiguous hd elements), shared by every query vector of the tile.
  *     The tile only decides what is loaded and which warp computes what; no query's
- *     arithmetic sees another query's data. The kernel comes in two register-tile
+ *     arithmetic sees another query's data. A warp's loop visits only the iterations that
+ *     hold keys of the tile's visible union (a decode step early in a chunk would otherwise
+ *     walk all 256 positions to give most of them -inf); the softmax treats keys outside a
+ *     vector's range as -inf itself, so the sums are those of the full walk, bit for bit
+ *     (adding an exact 0 or taking max with -inf changes nothing). The kernel comes in two register-tile
  *     variants (up to 2 query vectors a tile with 8 keys in flight a warp, for decode; up
  *     to 16 / 8 / 4 for hd <= 128 / 256 / 512 otherwise) that run the same arithmetic per
  *     query (the multi-value butterfly in warp_sum_multi pairs lanes exactly as the
@@ -225,7 +229,10 @@ __device__ __forceinline__ void attn_scores(const Params &p, float *S, const int
     for (int qi = 0; qi < QR; qi++)
 #pragma unroll
         for (int e = 0; e < E; e++) qr[qi][e] = qi < qcount ? p.q[s_qoff[qi] + lane * E + e] : 0.0f;
-    for (int k0 = warp; k0 < CH; k0 += NW * UK) {
+    /* iterations whose keys all lie outside the tile's union [ulo, uhi] are skipped: their
+     * keys only ever got -inf (the softmax masks them itself) */
+    const int kend = uhi - c0;
+    for (int k0 = warp + (ulo - c0) / (NW * UK) * (NW * UK); k0 <= kend && k0 < CH; k0 += NW * UK) {
         float kv[UK][E];
 #pragma unroll
         for (int u = 0; u < UK; u++) {
@@ -265,15 +272,19 @@ __device__ __forceinline__ void attn_scores(const Params &p, float *S, const int
 /* Chunk max, probabilities (in place in S) and chunk sum of each query vector: one warp per
  * query vector, fixed orders (docs/cuda.md section 2). */
 __device__ __forceinline__ void attn_softmax(float *S, const int32_t *s_lo, const int32_t *s_hi, float *s_mx,
-                                             float *s_sum, int qcount, int warp, int lane) {
+                                             float *s_sum, int qcount, int32_t c0, int warp, int lane) {
     for (int qi = warp; qi < qcount; qi += NW) {
         if (s_lo[qi] > s_hi[qi]) continue; /* warp-uniform */
         float *row = S + qi * CH;
         float v[CH / 32];
         float mx = -INFINITY;
+        /* keys of the chunk outside the vector's visible range are -inf whether or not the
+         * scores loop reached them (it skips iterations outside the tile's union) */
+        const int lo = s_lo[qi] - c0, hi = s_hi[qi] - c0;
 #pragma unroll
         for (int i = 0; i < CH / 32; i++) {
-            v[i] = row[lane + 32 * i];
+            const int kk = lane + 32 * i;
+            v[i] = kk >= lo && kk <= hi ? row[kk] : -INFINITY;
             mx = fmaxf(mx, v[i]);
         }
 #pragma unroll
@@ -416,7 +427,7 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
     attn_scores<KT, E, QR, UK>(p, S, s_lo, s_hi, s_qoff, qcount, c0, ulo, uhi, kb, slot_stride, warp, lane);
     __syncthreads();
 
-    attn_softmax(S, s_lo, s_hi, s_mx, s_sum, qcount, warp, lane);
+    attn_softmax(S, s_lo, s_hi, s_mx, s_sum, qcount, c0, warp, lane);
     __syncthreads();
 
     /* ---- o: warp w sums its keys (w, w + 8, .. in increasing position) ---- */
@@ -426,7 +437,7 @@ template <typename KT, int E, int QR, int UK> __global__ void __launch_bounds__(
         for (int qi = 0; qi < QR; qi++)
 #pragma unroll
             for (int e = 0; e < E; e++) acc[qi][e] = 0.0f;
-        for (int k0 = warp; k0 < CH; k0 += NW * UK) {
+        for (int k0 = warp + (ulo - c0) / (NW * UK) * (NW * UK); k0 <= uhi - c0 && k0 < CH; k0 += NW * UK) {
             float vv[UK][E];
 #pragma unroll
             for (int u = 0; u < UK; u++) {

@@ -493,10 +493,15 @@ __global__ void __launch_bounds__(kThreads) k_norm_rope(const NormRope j) {
     }
     const int32_t hd = j.hd, n_pairs = rope ? j.n_pairs : 0;
     float *xr = x + row * (int64_t)hd;
-    float s = 0.0f;
-    for (int32_t i = threadIdx.x; i < hd; i += kThreads) s = fmaf(xr[i], xr[i], s);
-    const float scale = rms_scale(block_sum_sq(s, red), hd, j.eps);
-    for (int32_t i = threadIdx.x; i < hd; i += kThreads) v[i] = rms_elt(xr[i], scale, w, i);
+    /* the head's loads first, then the angles: their double pow / sincos chain does not
+     * depend on x, so it runs while the loads are in flight (same values, same order) */
+    constexpr int NE = kMaxHd / kThreads;
+    float xv[NE];
+#pragma unroll
+    for (int k = 0; k < NE; k++) {
+        const int32_t i = threadIdx.x + k * kThreads;
+        xv[k] = i < hd ? xr[i] : 0.0f;
+    }
     if (rope) {
         const double p = (double)j.pos[row / n_heads];
         for (int32_t k = threadIdx.x; k < n_pairs; k += kThreads) {
@@ -504,6 +509,16 @@ __global__ void __launch_bounds__(kThreads) k_norm_rope(const NormRope j) {
             cs[k] = a.x;
             sn[k] = a.y;
         }
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NE; k++)
+        if (threadIdx.x + k * kThreads < hd) s = fmaf(xv[k], xv[k], s);
+    const float scale = rms_scale(block_sum_sq(s, red), hd, j.eps);
+#pragma unroll
+    for (int k = 0; k < NE; k++) {
+        const int32_t i = threadIdx.x + k * kThreads;
+        if (i < hd) v[i] = rms_elt(xv[k], scale, w, i);
     }
     __syncthreads();
     const int32_t half = hd / 2;
