@@ -57,10 +57,12 @@ stalls() {
   m+=',dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,gpu__time_duration.sum'
   while [ $# -ge 3 ]; do
     echo "=== $1 M=$2 $3"
-    LS_BENCH_ONLY=$1 LS_BENCH_M=$2 ncu --metrics "$m" -k "regex:$3" -s 2 -c 1 "$B/tests/cuda/test_cuda_matmul" --bench 2>&1 |
+    { LS_BENCH_ONLY=$1 LS_BENCH_M=$2 ncu --metrics "$m" -k "regex:$3" -s 2 -c 1 "$B/tests/cuda/test_cuda_matmul" --bench 2>&1 ||
+        echo "  (ncu exited $?)"; } |
       awk '$1 ~ /^(smsp|sm__|dram|launch|gpu__)/ { v = $NF; gsub(",", "", v);
              if ($1 !~ /stalled/ || v + 0 > 0.05) { sub("smsp__average_warps_issue_stalled_", "", $1);
-               sub("_per_issue_active.ratio", "", $1); print "  " $1, v } }'
+               sub("_per_issue_active.ratio", "", $1); print "  " $1, v } }
+           /^  \(ncu exited/ { print }'
     shift 3
   done
 }
