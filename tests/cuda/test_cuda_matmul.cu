@@ -726,6 +726,10 @@ int main(int argc, char **argv) {
         /* rows long enough for four and two k-warps (kw_of: 2048 / 1024 chunks, Q6_K 256) */
         {"q8_0k", LS_TYPE_Q8_0, 0, 0, LS_TYPE_F32, 37, 65536, 0, false},
         {"q4_kk", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 21, 65536, 2, false},
+        /* 16-byte aligned Q4_K rows (mmq_dtile.cu's decoded tiles under policy 4): two k-warps;
+         * and 84 chunks, whose first 20 lanes fold three chunks and the rest two */
+        {"q4_kka", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 21, 65536, 0, false},
+        {"q4_ka", LS_TYPE_Q4_K, 0, 0, LS_TYPE_F32, 45, 5376, 0, false},
         {"q6_kk", LS_TYPE_Q6_K, 0, 0, LS_TYPE_F32, 29, 8192, 0, false},
         /* four k-warps and a partial last round (264 chunks, 8 past the last full round):
          * the one-row kernel's tail dealt one chunk to a lane (mmq.cu gemv_body) with KW = 4 */

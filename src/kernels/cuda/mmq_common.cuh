@@ -39,14 +39,19 @@ inline bool use_mma(int64_t M, int64_t N) {
  * x 64 activation rows a block, chunks staged through shared memory) take those of the types
  * where they measured faster at 64 and 512 rows on 21504 x 5376 and 5376 x 21504 matrices
  * (H200, docs/benchmarks.md session 12): MLX 4/8-bit 1.1-2.2x, Q4_K rows that are 16-byte
- * aligned (a16: one 16-byte header load) 1.0-1.5x. Q6_K, Q8_0 and unaligned Q4_K measured
- * 0.8-1.15x and keep the warp tiles. Below TILE_MIN_ROWS most of a block's 64 rows would be
+ * aligned (a16: one 16-byte header load) 1.0-1.5x; tile_launch sends aligned Q4_K and Q6_K on
+ * to the decoded tiles (mmq_dtile.cu, mmq_dtile6.cu: session 16). Q8_0 and unaligned Q4_K
+ * measured 0.8-1.15x and keep the warp tiles. Below TILE_MIN_ROWS most of a block's 64 rows would be
  * padding; below TILE_MIN_BLOCKS blocks (one wave of 132 SMs) the warp tiles spread a small
  * matrix over more of the GPU. */
 constexpr int64_t TILE_MIN_ROWS = 48;
 constexpr int64_t TILE_MIN_BLOCKS = 132;
 inline bool use_tile(int key, bool a16, int64_t M, int64_t N) {
+#ifndef LS_DTILE_OFF /* compile-time switch back to session 12's choice, for measuring */
+    const bool type = key == 104 || key == 108 || (key == LS_TYPE_Q4_K && a16) || key == LS_TYPE_Q6_K;
+#else
     const bool type = key == 104 || key == 108 || (key == LS_TYPE_Q4_K && a16);
+#endif
     return type && M >= TILE_MIN_ROWS && ((M + 63) / 64) * ((N + 127) / 128) >= TILE_MIN_BLOCKS;
 }
 /* The small-M tensor-core kernel (mmq_small.cu: tiles of 16 weight rows x 8 activation
@@ -127,6 +132,13 @@ int mma_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, 
  * through shared memory) for the same call; the same bits as mma_launch. */
 int tile_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y,
                 int64_t M);
+/* mmq_dtile.cu: block tiles whose weight chunks are decoded once a block into shared memory,
+ * for the types dtile_serves names (tile_launch sends them there); the same bits. */
+bool dtile_serves(int key, bool a16);
+int dtile_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y,
+                 int64_t M);
+/* mmq_dtile6.cu: the same for Q6_K weights (four lanes a round). */
+int dtile6_launch(cudaStream_t st, const ls::q::Ctx &c, const int8_t *xq, const Meta *xm, float *y, int64_t M);
 /* mmq_small.cu: the small-M kernel for n (1..3) weights of one type and K (c[i].nch, kw set)
  * on the same M quantized activation rows, y[i] = W_i x; each weight's rows get the same
  * bits as a launch of their own. Returns 0, or -1 when nothing was launched. */

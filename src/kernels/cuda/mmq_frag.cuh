@@ -37,6 +37,24 @@ __device__ __forceinline__ void mma_k32(int (&c)[4], uint32_t a0, uint32_t a1, u
     }
 }
 
+/* C = A B + C0 over one m16n8k16 tile (A unsigned bytes, B signed): the decoded tiles'
+ * half-block sums, started at an exact integer offset (mmq_dtile6.cu). */
+__device__ __forceinline__ void mma_k16u(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0, const int4 &c0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(c0.x), "r"(c0.y), "r"(c0.z), "r"(c0.w));
+}
+
+/* Four 8 x 8 matrices of 16-bit elements (8 rows of 16 bytes each) from shared memory: lanes
+ * 8 i .. 8 i + 7 give the row addresses of matrix i; the thread gets, of each, row lane / 4,
+ * bytes 4 (lane % 4) .. + 3: an m16n8k32 A fragment (rows 0-15 from lanes 0-15, bytes 16 ..
+ * 31 from lanes 16-31) or two B fragments, for int8 as for f16. */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
 /* One weight row's share of one 32-element block for thread t4: code words lo (plane word
  * 2 t4) and hi (2 t4 + 1), and the block's two f32 factors (per type: scale and bias,
  * scale and min, or the two Q6_K half scales). */

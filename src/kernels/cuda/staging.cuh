@@ -37,6 +37,19 @@ __device__ __forceinline__ uint32_t lw(const uint8_t *p) {
 __device__ __forceinline__ uint32_t lh(const uint8_t *p) {
     return *reinterpret_cast<const uint16_t *>(p);
 }
+/* Vector loads at a shared-memory address (kernels that hold shared addresses as 32-bit
+ * integers, for ldmatrix, and would otherwise load through generic pointers). */
+__device__ __forceinline__ float2 lds_f2(uint32_t a) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ int4 lds_i4(uint32_t a) {
+    int4 v;
+    asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+
 /* NWD words at a 2-byte aligned address (dequant.cuh's ld_a2 on generic memory); the word
  * after them may be read (a staged span's slot leaves room for it) */
 template <int NWD>
