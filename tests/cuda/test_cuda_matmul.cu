@@ -7,7 +7,8 @@
  * (whole random blocks: every bit pattern of scales and quants, finite f16 fields, negative
  * scales included) and random activations:
  *  (a) batch invariance, bit for bit (for the integer path also with every call forced
- *      through each tensor-core tile kernel, ls_cuda_mmq_policy(2) and (4)): every row of an M-row call, M in {1,2,3,4,5,7,8,9,15,
+ *      through each tensor-core tile kernel, ls_cuda_mmq_policy(2) and (4): (4) is mmq_tile.cu's block
+ *      tiles, or for aligned Q4_K and Q6_K the decoded tiles of mmq_dtile.cu / mmq_dtile6.cu): every row of an M-row call, M in {1,2,3,4,5,7,8,9,15,
  *      16,17,31,33,64} (and 512 for Q4_K, Q6_K, Q8_0, MLX 4/8-bit: mmq_mma.cu's tiles), memcmp-equal to that row computed alone
  *      (M = 1); also as part of a call whose rows start at an offset (other tile slots) and
  *      with activations at a 4-byte (not 16-byte) aligned address;

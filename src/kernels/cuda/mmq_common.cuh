@@ -47,12 +47,14 @@ inline bool use_mma(int64_t M, int64_t N) {
 constexpr int64_t TILE_MIN_ROWS = 48;
 constexpr int64_t TILE_MIN_BLOCKS = 132;
 inline bool use_tile(int key, bool a16, int64_t M, int64_t N) {
-#ifndef LS_DTILE_OFF /* compile-time switch back to session 12's choice, for measuring */
-    const bool type = key == 104 || key == 108 || (key == LS_TYPE_Q4_K && a16) || key == LS_TYPE_Q6_K;
-#else
-    const bool type = key == 104 || key == 108 || (key == LS_TYPE_Q4_K && a16);
+    if (M < TILE_MIN_ROWS) return false;
+#ifndef LS_DTILE_OFF /* compile-time switch back to session 12's choice (Q6_K on the warp tiles), for measuring */
+    /* Q6_K's decoded tiles are 64 x 64 (mmq_dtile6.cu): counted as what they are, they also
+     * take a 27B attn_v (2048 rows: 256 blocks at 512 rows), 1.01x end to end (session 16) */
+    if (key == LS_TYPE_Q6_K) return ((M + 63) / 64) * ((N + 63) / 64) >= TILE_MIN_BLOCKS;
 #endif
-    return type && M >= TILE_MIN_ROWS && ((M + 63) / 64) * ((N + 127) / 128) >= TILE_MIN_BLOCKS;
+    const bool type = key == 104 || key == 108 || (key == LS_TYPE_Q4_K && a16);
+    return type && ((M + 63) / 64) * ((N + 127) / 128) >= TILE_MIN_BLOCKS;
 }
 /* The small-M tensor-core kernel (mmq_small.cu: tiles of 16 weight rows x 8 activation
  * rows, weights staged through shared memory; up to 4 rows both activation planes in one mma)

@@ -61,28 +61,55 @@ constexpr int WBYTES = DN * RW;
 constexpr int STAGE = WBYTES + 2 * DM * XR;
 constexpr int DEC = DN * DR;
 constexpr int SMEM = DS * STAGE + 2 * DEC; /* two decoded chunks: the next decodes while one folds */
-static_assert(DNT == 2 * DN && DNT == 4 * DM, "the copy split below");
+constexpr int PIECES = DN * 3 + 2 * DM * 5; /* weight: 3 a row; activation: 4 plane + 1 meta a row and block */
+constexpr int COPY = PIECES / DNT;
+static_assert(PIECES % DNT == 0, "whole pieces a thread");
 
-/* Chunk ci's pieces into the stage at shared address sa (one commit group; empty past the
- * walk). Thread t copies, of weight row t / 2 (rows past N read row N - 1: any valid bytes),
- * the superblock's header and the chunk's first code piece (t even) or its second (t odd);
- * of activation block b = (t / DM) % 2 of row a = t % DM (xrow: that row's first block index
- * + b, rows past M reading row M - 1), plane pieces 0, 1 and the Meta (t < 2 DM) or plane
- * pieces 2, 3. Addresses are recomputed each chunk: holding them costs registers the tile needs. */
-__device__ __forceinline__ void issue(uint32_t sa, const Ctx &c, int64_t n0, int64_t xrow, const int8_t *xq,
-                                      const Meta *xm, int ci, bool live) {
+/* A thread's share of a stage's copies, fixed for the kernel (held in registers: measured
+ * faster than recomputing them each chunk): piece k of chunk ci comes from
+ * src + sb (ci >> 2) + cb (ci & 3): for weights the superblock step 144 and the chunk's code
+ * offset 32, for activations the chunk's two blocks. */
+struct Copy {
+    const uint8_t *src[COPY];
+    uint32_t dst[COPY];
+    uint16_t sb[COPY];
+    uint16_t cb[COPY];
+};
+
+__device__ __forceinline__ void copy_init(Copy &cp, const Ctx &c, int64_t n0, int64_t m0, int64_t M,
+                                          int64_t nbk, const int8_t *xq, const Meta *xm) {
+#pragma unroll
+    for (int k = 0; k < COPY; k++) {
+        const int q = threadIdx.x + k * DNT;
+        if (q < DN * 3) {
+            const int r = q / 3, p = q % 3;
+            const int64_t n = n0 + r < c.N ? n0 + r : c.N - 1; /* rows past N: any valid bytes */
+            cp.src[k] = c.w + (size_t)n * c.row_bytes + 16 * p;
+            cp.dst[k] = (uint32_t)(r * RW + 16 * p);
+            cp.sb[k] = 144;
+            cp.cb[k] = p == 0 ? 0 : 32;
+        } else {
+            const int q2 = q - DN * 3;
+            const bool plane = q2 < 2 * DM * 4;
+            const int ab = plane ? q2 / 4 : q2 - 2 * DM * 4, p = plane ? q2 % 4 : 0; /* ab = b DM + a */
+            const int a = ab % DM, b = ab / DM;
+            const int64_t blk = (m0 + a < M ? m0 + a : M - 1) * nbk + b;
+            cp.src[k] = plane ? reinterpret_cast<const uint8_t *>(xq + blk * XB_BYTES + 16 * p)
+                              : reinterpret_cast<const uint8_t *>(xm + blk);
+            cp.dst[k] = (uint32_t)(WBYTES + ab * XR + (plane ? 16 * p : 64));
+            const int step = plane ? 2 * XB_BYTES : 2 * (int)sizeof(Meta);
+            cp.sb[k] = (uint16_t)(4 * step);
+            cp.cb[k] = (uint16_t)step;
+        }
+    }
+}
+
+/* Chunk ci's pieces into the stage at shared address sa (one commit group; empty past the walk). */
+__device__ __forceinline__ void issue(uint32_t sa, const Copy &cp, int ci, bool live) {
     if (live) {
-        const int t = threadIdx.x, r = t >> 1, h = t & 1;
-        const int64_t n = n0 + r < c.N ? n0 + r : c.N - 1;
-        const uint8_t *sb = c.w + (size_t)n * c.row_bytes + 144 * (size_t)(ci >> 2);
-        if (!h) cp16(sa + (uint32_t)(r * RW), sb, 16);
-        cp16(sa + (uint32_t)(r * RW + 16 + 16 * h), sb + 16 + 32 * (ci & 3) + 16 * h, 16);
-        const int ab = t % (2 * DM), part = t / (2 * DM); /* ab = b DM + a */
-        const int8_t *xp = xq + (xrow + 2 * ci) * XB_BYTES + 32 * part;
-        const uint32_t xd = sa + (uint32_t)(WBYTES + ab * XR + 32 * part);
-        cp16(xd, xp, 16);
-        cp16(xd + 16, xp + 16, 16);
-        if (!part) cp16(sa + (uint32_t)(WBYTES + ab * XR + 64), xm + xrow + 2 * ci, 16);
+#pragma unroll
+        for (int k = 0; k < COPY; k++)
+            cp16(sa + cp.dst[k], cp.src[k] + (size_t)cp.sb[k] * (size_t)(ci >> 2) + cp.cb[k] * (ci & 3), 16);
     }
     cp_commit();
 }
@@ -174,19 +201,18 @@ __global__ void __launch_bounds__(DNT, 2) dtile_q4k_kernel(const Ctx c, const in
     const int64_t nbk = c.K / QB;
     const int nch = c.nch, U = 32 * c.kw, nu = nch < U ? nch : U;
 
-    const int a = threadIdx.x % DM, b = (threadIdx.x / DM) % 2;
-    const int64_t xrow = (m0 + a < M ? m0 + a : M - 1) * nbk + b;
+    Copy cp;
+    copy_init(cp, c, n0, m0, M, nbk, xq, xm);
     Walk ld{0, 0};
 #pragma unroll
     for (int s = 0; s < DS - 1; s++) {
-        issue(sbase + s * STAGE, c, n0, xrow, xq, xm, ld.ci, ld.u < nu);
+        issue(sbase + s * STAGE, cp, ld.ci, ld.u < nu);
         step(ld, U, nch);
     }
     uint8_t *dec = smem + DS * STAGE;
     const uint32_t dec_sa = sbase + DS * STAGE + 32 * wn * DR;
 
     float tot[2][4][4], la[2][4][4];
-#ifndef LS_DTILE_SYNC2
     /* One barrier a chunk: step st folds chunk st of the walk from decoded buffer st % 2 while
      * the block decodes chunk st + 1 into the other; the barrier at step st + 1 orders both
      * (buffer st % 2 is free again, buffer (st + 1) % 2 written, stage st + 2 landed). */
@@ -195,24 +221,13 @@ __global__ void __launch_bounds__(DNT, 2) dtile_q4k_kernel(const Ctx c, const in
     __syncthreads(); /* stage 0 landed */
     decode_q4k(dec, smem, dw.ci);
     step(dw, U, nch);
-#endif
     int st = 0;
     for (int u = 0; u < nu; u++) {
         tile_zero(la);
         for (int ci = u; ci < nch; ci += U, st++) {
-#ifdef LS_DTILE_SYNC2 /* measuring: decode and fold a chunk between two barriers, one buffer */
-            cp_wait<DS - 2>();
-            __syncthreads(); /* stage st landed; step st - 1 done */
-            issue(sbase + ((st + DS - 1) % DS) * STAGE, c, n0, xrow, xq, xm, ld.ci, ld.u < nu);
-            step(ld, U, nch);
-            decode_q4k(dec, smem + (st % DS) * STAGE, ci);
-            __syncthreads();
-            const int ao = (st % DS) * STAGE + WBYTES + 32 * wa * XR;
-            fold_chunk(la, dec_sa, dec + 32 * wn * DR, sbase + ao, smem + ao, lane);
-#else
             cp_wait<DS - 3>();
             __syncthreads(); /* stage st + 1 landed; decoded chunk st written; step st - 1 done */
-            issue(sbase + ((st + DS - 1) % DS) * STAGE, c, n0, xrow, xq, xm, ld.ci, ld.u < nu);
+            issue(sbase + ((st + DS - 1) % DS) * STAGE, cp, ld.ci, ld.u < nu);
             step(ld, U, nch);
             if (dw.u < nu) {
                 decode_q4k(dec + ((st + 1) & 1) * DEC, smem + ((st + 1) % DS) * STAGE, dw.ci);
@@ -221,7 +236,6 @@ __global__ void __launch_bounds__(DNT, 2) dtile_q4k_kernel(const Ctx c, const in
             const int ao = (st % DS) * STAGE + WBYTES + 32 * wa * XR;
             fold_chunk(la, dec_sa + (st & 1) * DEC, dec + (st & 1) * DEC + 32 * wn * DR, sbase + ao, smem + ao,
                        lane);
-#endif
         }
         tile_join(tot, la, u == 0); /* the lane's partials join the totals */
     }
