@@ -114,6 +114,19 @@ __device__ __forceinline__ uint32_t spread_nibble(uint32_t n) {
     return (((n & 0xfu) * 0x00204081u) & 0x01010101u) << 4;
 }
 
+/* The order's walk as the block-tile kernels take it, one chunk a step: lane u, chunk
+ * ci = u + r U; after a lane's last chunk the next lane's first (mmq_tile.cu, mmq_dtile.cu). */
+struct Walk {
+    int u, ci;
+};
+__device__ __forceinline__ void step(Walk &w, int U, int nch) {
+    w.ci += U;
+    if (w.ci >= nch) {
+        w.u++;
+        w.ci = w.u;
+    }
+}
+
 /* k-warps of a weight, a property of its type (key as ls_cuda_mmq_key) and its chunks per
  * row: it fixes U and so the reduction order above. One k-warp up to 1023 chunks: at 168 and
  * 672 chunks (a 31B / 27B MLP's 21504 x 5376 and 5376 x 21504) it streams a one-row call

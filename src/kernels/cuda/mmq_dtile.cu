@@ -35,6 +35,8 @@ namespace {
 using namespace ls::q;
 using namespace ls::stage;
 using ls::mmq::Meta;
+using ls::mmq::step;
+using ls::mmq::Walk;
 using ls::mmq::ldsm_x4;
 using ls::mmq::mma_k32;
 using ls::mmq::QB;
@@ -112,18 +114,6 @@ __device__ __forceinline__ void issue(uint32_t sa, const Copy &cp, int ci, bool 
             cp16(sa + cp.dst[k], cp.src[k] + (size_t)cp.sb[k] * (size_t)(ci >> 2) + cp.cb[k] * (ci & 3), 16);
     }
     cp_commit();
-}
-
-/* The walk (mmq_common.cuh's order): lane u, chunk ci = u + r U. */
-struct Walk {
-    int u, ci;
-};
-__device__ __forceinline__ void step(Walk &w, int U, int nch) {
-    w.ci += U;
-    if (w.ci >= nch) {
-        w.u++;
-        w.ci = w.u;
-    }
 }
 
 /* Row r = t / 2 of the staged chunk ci, half h = t % 2 of its code bytes: the low nibbles
@@ -255,15 +245,8 @@ int dtile_launch(cudaStream_t st, const Ctx &c, int key, const int8_t *xq, const
     if (key != LS_TYPE_Q4_K || !c.a16 || c.K % 256 != 0) return -1;
     const int64_t gy = (c.N + DN - 1) / DN, gx = (M + DM - 1) / DM;
     if (gy > 65535 || gx > 0x7fffffff) return -1;
-    /* the shared-memory limit is a per-device attribute: raised once on each device (bit d) */
-    static std::atomic<unsigned> raised{0};
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return -1;
-    if (dev >= 32 || !(raised.load(std::memory_order_relaxed) & (1u << dev))) {
-        if (cudaFuncSetAttribute(dtile_q4k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess)
-            return -1;
-        if (dev < 32) raised.fetch_or(1u << dev, std::memory_order_relaxed);
-    }
+    static std::atomic<unsigned> raised{0}; /* devices whose limit is raised */
+    if (smem_limit(dtile_q4k_kernel, SMEM, raised) != 0) return -1;
     dtile_q4k_kernel<<<dim3((unsigned)gx, (unsigned)gy), DNT, SMEM, st>>>(c, xq, xm, y, M);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }

@@ -263,15 +263,8 @@ int dtile6_launch(cudaStream_t st, const Ctx &c, const int8_t *xq, const Meta *x
     if (c.K % 256 != 0 || c.nch % 8 != 0 || (32 * c.kw) % 8 != 0) return -1;
     const int64_t gy = (c.N + EN - 1) / EN, gx = (M + EM - 1) / EM;
     if (gy > 65535 || gx > 0x7fffffff) return -1;
-    /* the shared-memory limit is a per-device attribute: raised once on each device (bit d) */
-    static std::atomic<unsigned> raised{0};
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return -1;
-    if (dev >= 32 || !(raised.load(std::memory_order_relaxed) & (1u << dev))) {
-        if (cudaFuncSetAttribute(dtile_q6k_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM) != cudaSuccess)
-            return -1;
-        if (dev < 32) raised.fetch_or(1u << dev, std::memory_order_relaxed);
-    }
+    static std::atomic<unsigned> raised{0}; /* devices whose limit is raised */
+    if (smem_limit(dtile_q6k_kernel, SMEM, raised) != 0) return -1;
     dtile_q6k_kernel<<<dim3((unsigned)gx, (unsigned)gy), ENT, SMEM, st>>>(c, xq, xm, y, M);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }

@@ -39,6 +39,8 @@ using ls::mmq::tile_join;
 using ls::mmq::tile_store;
 using ls::mmq::tile_zero;
 using ls::mmq::Meta;
+using ls::mmq::step;
+using ls::mmq::Walk;
 using ls::mmq::QB;
 using ls::mmq::WBlk;
 using ls::mmq::XB_BYTES;
@@ -225,18 +227,6 @@ struct TGeo {
     static constexpr int XCOPY = (T::XB * TM * 5 + TNT - 1) / TNT; /* 4 plane pieces + 1 meta */ /* activation pieces a thread */
 };
 
-/* The walk (mmq_common.cuh's order): lane u, chunk ci = u + r U. */
-struct Walk {
-    int u, ci;
-};
-__device__ __forceinline__ void step(Walk &w, int U, int nch) {
-    w.ci += U;
-    if (w.ci >= nch) {
-        w.u++;
-        w.ci = w.u;
-    }
-}
-
 /* A thread's share of the copies, fixed for the whole kernel. Weight piece q = t + k TNT is,
  * row-major (adjacent threads copy adjacent pieces), piece p of span s of block row r, its
  * global row clamped to N - 1; activation pieces are the 4 plane pieces of each (block b,
@@ -407,15 +397,8 @@ int tile_t(cudaStream_t st, const Ctx &c, const int8_t *xq, const Meta *xm, floa
     using G = TGeo<T>;
     const int64_t gy = (c.N + TN - 1) / TN, gx = (M + TM - 1) / TM;
     if (gy > 65535 || gx > 0x7fffffff) return -1;
-    /* the shared-memory limit is a per-device attribute: raised once on each device (bit d) */
-    static std::atomic<unsigned> raised{0};
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return -1;
-    if (dev >= 32 || !(raised.load(std::memory_order_relaxed) & (1u << dev))) {
-        if (cudaFuncSetAttribute(tile_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM) != cudaSuccess)
-            return -1;
-        if (dev < 32) raised.fetch_or(1u << dev, std::memory_order_relaxed);
-    }
+    static std::atomic<unsigned> raised{0}; /* devices whose limit is raised */
+    if (smem_limit(tile_kernel<T>, G::SMEM, raised) != 0) return -1;
     tile_kernel<T><<<dim3((unsigned)gx, (unsigned)gy), TNT, G::SMEM, st>>>(c, xq, xm, y, M);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }

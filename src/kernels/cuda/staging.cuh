@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include <atomic>
+
 #include <cuda_runtime.h>
 
 namespace ls::stage {
@@ -28,6 +30,18 @@ __device__ __forceinline__ void cp_wait() {
 }
 __device__ __forceinline__ const uint8_t *down16(const uint8_t *p) {
     return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15);
+}
+
+/* Raise kernel k's dynamic shared-memory limit to bytes on the current device, once a device
+ * (the limit is a per-device attribute; bit d of `raised` remembers device d). Returns 0 or -1. */
+template <class K>
+inline int smem_limit(K k, int bytes, std::atomic<unsigned> &raised) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+    if (dev < 32 && (raised.load(std::memory_order_relaxed) & (1u << dev))) return 0;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) return -1;
+    if (dev < 32) raised.fetch_or(1u << dev, std::memory_order_relaxed);
+    return 0;
 }
 
 /* ---- loads from a staged span ---- */
