@@ -148,10 +148,8 @@ int mma_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, 
 int tile_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y,
                 int64_t M);
 /* mmq_dtile.cu: block tiles whose weight chunks are decoded once a block into shared memory,
- * for the types dtile_serves names (tile_launch sends them there); the same bits. */
-bool dtile_serves(int key, bool a16);
-int dtile_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y,
-                 int64_t M);
+ * for Q4_K rows that are 16-byte aligned (tile_launch sends them there); the same bits. */
+int dtile_launch(cudaStream_t st, const ls::q::Ctx &c, const int8_t *xq, const Meta *xm, float *y, int64_t M);
 /* mmq_dtile6.cu: the same for Q6_K weights (four lanes a round). */
 int dtile6_launch(cudaStream_t st, const ls::q::Ctx &c, const int8_t *xq, const Meta *xm, float *y, int64_t M);
 /* mmq_small.cu: the small-M kernel for n (1..3) weights of one type and K (c[i].nch, kw set)

@@ -237,12 +237,8 @@ __global__ void __launch_bounds__(DNT, 2) dtile_q4k_kernel(const Ctx c, const in
 
 namespace ls::mmq {
 
-bool dtile_serves(int key, bool a16) {
-    return (key == LS_TYPE_Q4_K && a16) || key == LS_TYPE_Q6_K;
-}
-
-int dtile_launch(cudaStream_t st, const Ctx &c, int key, const int8_t *xq, const Meta *xm, float *y, int64_t M) {
-    if (key != LS_TYPE_Q4_K || !c.a16 || c.K % 256 != 0) return -1;
+int dtile_launch(cudaStream_t st, const Ctx &c, const int8_t *xq, const Meta *xm, float *y, int64_t M) {
+    if (!c.a16 || c.K % 256 != 0) return -1;
     const int64_t gy = (c.N + DN - 1) / DN, gx = (M + DM - 1) / DM;
     if (gy > 65535 || gx > 0x7fffffff) return -1;
     static std::atomic<unsigned> raised{0}; /* devices whose limit is raised */

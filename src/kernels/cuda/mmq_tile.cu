@@ -425,12 +425,12 @@ int tile_launch(cudaStream_t st, const Ctx &c, int key, const int8_t *xq, const 
     case LS_TYPE_Q8_0: return tile_t<BQ8_0>(st, c, xq, xm, y, M);
     case LS_TYPE_Q4_K:
 #ifndef LS_DTILE_OFF /* compile-time switch back to this file's tiles, for measuring */
-        if (dtile_serves(key, c.a16 != 0)) return dtile_launch(st, c, key, xq, xm, y, M);
+        if (c.a16) return dtile_launch(st, c, xq, xm, y, M);
 #endif
         return c.a16 ? tile_t<BQ4_KA>(st, c, xq, xm, y, M) : tile_t<BQ4_K>(st, c, xq, xm, y, M);
     case LS_TYPE_Q6_K:
 #ifndef LS_DTILE_OFF
-        if (dtile_serves(key, c.a16 != 0)) return dtile6_launch(st, c, xq, xm, y, M);
+        return dtile6_launch(st, c, xq, xm, y, M);
 #endif
         return tile_t<BQ6_K>(st, c, xq, xm, y, M);
     default: return -1;
