@@ -409,8 +409,9 @@ enum {
      * norm_rope pairs), LS_CUDA_OFF_PDL (programmatic dependent launch), LS_CUDA_OFF_ATTN_FINISH
      * (one-chunk attention finished without the combine kernel), LS_CUDA_OFF_ATTN_SPLIT (one
      * query vector a block for small attention calls), LS_CUDA_OFF_GEMV (one-row integer
-     * matmuls take the general dp4a body instead of the streaming one-row kernel). 0, the
-     * default: all on. */
+     * matmuls take the general dp4a body instead of the streaming one-row kernel),
+     * LS_CUDA_OFF_NARROW (MLX matmuls of 2..4 rows take the small-M / dp4a kernels instead of
+     * the narrow-call kernel). 0, the default: all on. */
     LS_TESTCTL_CUDA_OFF = 8,
 };
 enum {
@@ -418,7 +419,8 @@ enum {
     LS_CUDA_OFF_PDL = 2,
     LS_CUDA_OFF_ATTN_FINISH = 4,
     LS_CUDA_OFF_ATTN_SPLIT = 8,
-    LS_CUDA_OFF_GEMV = 16
+    LS_CUDA_OFF_GEMV = 16,
+    LS_CUDA_OFF_NARROW = 32
 };
 int ls_test_control(int op, ...);
 

@@ -35,7 +35,7 @@
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90,code=sm_90 -Xcompiler=-ffp-contract=off -I src -o build/test_cuda_matmul tests/cuda/test_cuda_matmul.cu src/kernels/cuda/matmul.cu build/cudatest/*.o -lm -lpthread
 // or against the library: nvcc ... tests/cuda/test_cuda_matmul.cu build/release/liblockstep.a -lcjson -lm -lpthread
 // Run: build/test_cuda_matmul [--quick] [--bench]   (--bench: LS_BENCH_ONLY=q4_k|q6_k|q8_0|mlx4|mlx8|bf16
-// and LS_BENCH_M=1|2|4|8|16|512 restrict it, e.g. to profile one launch with ncu; LS_BENCH_KW=124 runs every
+// and LS_BENCH_M=1|2|4|8|16|512 (or a list: 1,2,4) restrict it, e.g. to profile one launch with ncu; LS_BENCH_KW=124 runs every
 // call at 1, 2, then 4 k-warps: ls_cuda_mmq_kw_override, different bits, timing only)
 #include <cuda_runtime.h>
 #include <math.h>
@@ -316,6 +316,24 @@ bool test_case(const Case &c, bool quick) {
             if (!run_mm(W, dx, M, dy, y, "small")) ok = false;
             else cmp_rows(y, M, 0, "small-M tensor-core kernel");
         }
+        /* the narrow-call kernel (mmq_narrow.cu) for every call of 1..4 rows it serves: MLX
+         * 4/8-bit rows that are 16-byte aligned; every such case must be served */
+        const bool nserve = ls_cuda_mmq_narrow_serves(&W.w, 4) != 0;
+        const bool nwant = W.w.type == LS_TYPE_MLX_AFFINE && (W.w.bits == 4 || W.w.bits == 8) &&
+                           (uintptr_t)W.w.data % 16 == 0 && W.w.row_bytes % 16 == 0;
+        if (nserve != nwant) {
+            printf("  narrow-call kernel: serves %d, expected %d\n", (int)nserve, (int)nwant);
+            ok = false;
+        }
+        if (ok && nserve) {
+            ls_cuda_mmq_policy(5);
+            for (int64_t M : {1, 2, 3, 4}) {
+                if (!ok || M > MX) break;
+                std::vector<float> y;
+                if (!run_mm(W, dx, M, dy, y, "narrow")) ok = false;
+                else cmp_rows(y, M, 0, "narrow-call kernel");
+            }
+        }
         /* and the dp4a kernel for every call (the default sends M <= 8 to the small one) */
         ls_cuda_mmq_policy(1);
         for (int64_t M : {1, 4, 5, 8}) {
@@ -443,9 +461,10 @@ bool test_group(const char *label, ls_type t, int bits) {
         make_weight(c, W[i]);
     }
     bool ok = true;
-    /* policy 0: the shape picks the dp4a or the small-M tensor-core kernel; 1: the dp4a
-     * kernel at every M; 3: the small-M kernel at every M */
-    for (int pol : {0, 1, 3})
+    /* policy 0: the shape picks the dp4a, the small-M or the narrow-call kernel; 1: the dp4a
+     * kernel at every M; 3: the small-M kernel at every M; 5: the narrow-call kernel where it
+     * serves (MLX, M <= 4) */
+    for (int pol : {0, 1, 3, 5})
     for (int64_t M : {1, 2, 3, 4, 5, 8, 12}) {
         if (!ok) break;
         ls_cuda_mmq_policy(pol);
@@ -483,7 +502,7 @@ bool test_group(const char *label, ls_type t, int bits) {
     }
     ls_cuda_mmq_policy(0);
     for (auto &w : W) free_weight(w);
-    printf("%s grouped matmul %-8s == separate launches, M 1..12, both small-M kernels\n", ok ? "PASS" : "FAIL", label);
+    printf("%s grouped matmul %-8s == separate launches, M 1..12, every small-M kernel\n", ok ? "PASS" : "FAIL", label);
     return ok;
 }
 
@@ -597,8 +616,13 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
         if (!pols) pols = "0";
         for (const char *pp = pols; *pp; pp++)
         for (int64_t M : {1, 2, 4, 5, 8, 16, 64, 512}) {
-            const char *onlym = getenv("LS_BENCH_M");
-            if (onlym && atoll(onlym) != M) continue;
+            const char *onlym = getenv("LS_BENCH_M"); /* e.g. "4" or "1,2,4" */
+            if (onlym) {
+                bool listed = false;
+                for (const char *q = onlym; *q; q++)
+                    if ((q == onlym || q[-1] == ',') && atoll(q) == M) listed = true;
+                if (!listed) continue;
+            }
             if (M == 1 && pp != pols) printf("\n  %-27s", "");
             if (M == 1) printf(" p%c", *pp);
             ls_cuda_mmq_policy(*pp - '0');
@@ -681,6 +705,9 @@ void bench() {
         bench_one("mlx8", LS_TYPE_MLX_AFFINE, 8, N, K);
         bench_one("bf16", LS_TYPE_BF16, 0, N, K);
     }
+    /* the 31B's MLX 4-bit attention projections: q / k / v together, o */
+    bench_one("mlx4", LS_TYPE_MLX_AFFINE, 4, 16384, 5376);
+    bench_one("mlx4", LS_TYPE_MLX_AFFINE, 4, 5376, 8192);
 }
 
 } // namespace

@@ -1047,6 +1047,7 @@ ls_backend *cu_create(const ls_backend_params *p) {
         ls_cuda_pdl_on = !(off & LS_CUDA_OFF_PDL);
         ls_cuda_attention_set_switches(!(off & LS_CUDA_OFF_ATTN_FINISH), !(off & LS_CUDA_OFF_ATTN_SPLIT));
         ls_cuda_mmq_gemv_variant(off & LS_CUDA_OFF_GEMV ? 0 : -1);
+        ls_cuda_mmq_narrow(off & LS_CUDA_OFF_NARROW ? 0 : 1);
     }
 
     QueueLock q;

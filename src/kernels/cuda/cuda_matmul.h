@@ -73,8 +73,16 @@ int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const *w, const f
 /* Tests only: which of the integer path's four kernels (same bits by construction) serves
  * a call: 0 = by shape (the default), 1 = the dp4a kernel always, 2 = the warp tiles
  * (mmq_mma.cu) always, 3 = the small-M tensor-core kernel always, 4 = the block tiles
- * (mmq_tile.cu) always. Returns the previous policy, -1 for a bad value. Process-wide. */
+ * (mmq_tile.cu) always, 5 = the narrow-call kernel (mmq_narrow.cu) for every call it serves
+ * (ls_cuda_mmq_narrow_serves), the shape's choice for the rest. Returns the previous policy,
+ * -1 for a bad value. Process-wide. */
 int ls_cuda_mmq_policy(int policy);
+/* Whether the narrow-call kernel can serve an m-row call on w (MLX 4/8-bit, 16-byte aligned,
+ * m <= 4), for the tests. */
+int ls_cuda_mmq_narrow_serves(const ls_weight *w, int64_t m);
+/* A/B runs: 0 keeps the shape's choice (policy 0) off the narrow-call kernel, 1 (the default)
+ * lets it take MLX calls of 2..4 rows; the same bits. Returns the previous value. */
+int ls_cuda_mmq_narrow(int on);
 /* Tests, benchmarks and A/B runs only: which compilation of the dp4a kernel's one-row path
  * serves M = 1 calls (mmq.cu: 0 = the general body, 1 = gemv_kernel, 4 weight rows
  * per warp, -1 = each type's default; the same bits by construction).

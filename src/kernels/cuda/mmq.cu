@@ -768,6 +768,17 @@ void gemv_group_launch(int v, cudaStream_t st, dim3 grid, const Group &g, const 
  * mmq_tile.cu's block tiles for every call (tests compare the kernels on small matrices with
  * them; benchmarks A/B them). */
 std::atomic<int> g_policy{0};
+/* ls_cuda_mmq_narrow: 0 leaves the narrow-call kernel (mmq_narrow.cu) to the tests' policy 5
+ * (LS_CUDA_OFF_NARROW: A/B runs; the same bits) */
+std::atomic<int> g_narrow{1};
+
+/* Whether a call of M rows on weight c (nch, kw set) takes the narrow-call kernel: policy 5
+ * sends every call it serves there, policy 0 those of NARROW_MIN_ROWS rows or more. */
+bool narrow_pick(int key, const Ctx &c, int64_t M) {
+    const int pol = g_policy.load(std::memory_order_relaxed);
+    const bool want = pol == 5 || (pol == 0 && M >= ls::mmq::NARROW_MIN_ROWS && g_narrow.load(std::memory_order_relaxed));
+    return want && ls::mmq::narrow_serves(key, c, M);
+}
 
 /* ls_cuda_mmq_kw_override: 0 = kw_of (the shape decides), else that k-warp count for every
  * weight. Benchmarks only: kw sets the reduction order, so it changes the bits. */
@@ -806,6 +817,11 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
         else
             ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x + r0 * c.K, c.K, quads, xq, xm);
         const int pol = g_policy.load(std::memory_order_relaxed);
+        if (narrow_pick(key, c, mr)) {
+            float *yr = y + r0 * c.N;
+            if (ls::mmq::narrow_launch(st, &c, &yr, 1, key, xq, xm, mr) != 0) return -1;
+            continue;
+        }
         if (pol == 4 || (pol == 0 && ls::mmq::use_mma(mr, c.N) && ls::mmq::use_tile(key, c.a16 != 0, mr, c.N))) {
             /* a refused block-tile launch (shared-memory attribute, grid) falls back to the warp
              * tiles (the same bits), except when a test forces the block tiles (policy 4): there
@@ -869,6 +885,8 @@ int launch_group(cudaStream_t st, int key, Group g, const float *x, int64_t M, v
             ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x, K, quads, xq, xm);
     }
     const int pol = g_policy.load(std::memory_order_relaxed);
+    if (narrow_pick(key, g.c[0], M)) /* and for every weight of the group (ls_cuda_mmq_groupable) */
+        return ls::mmq::narrow_launch(st, g.c, g.y, g.n, key, xq, xm, M);
     if (pol == 3 || (pol == 0 && ls::mmq::use_small(key, M, g.c[0].N))) {
         /* use_small holds for every weight of the group (ls_cuda_mmq_groupable) */
         return ls::mmq::small_launch(st, g.c, g.y, g.n, key, xq, xm, M);
@@ -917,8 +935,27 @@ extern "C" int ls_cuda_mmq_key(const ls_weight *w) {
 }
 
 extern "C" int ls_cuda_mmq_policy(int policy) {
-    if (policy < 0 || policy > 4) return -1;
+    if (policy < 0 || policy > 5) return -1;
     return g_policy.exchange(policy);
+}
+
+extern "C" int ls_cuda_mmq_narrow(int on) {
+    return g_narrow.exchange(on ? 1 : 0);
+}
+
+/* The Ctx of w as launch() sets it up (nch, kw), for the dispatch questions below. */
+static int prepared(const ls_weight *w, Ctx &c) {
+    const int key = ls_cuda_mmq_key(w);
+    if (key < 0 || ls::q::mm_prepare(w, c) < 0) return -1;
+    c.nch = (int)(c.K / (QB * (key == LS_TYPE_Q4_K ? 2 : 1)));
+    c.kw = kw_pick(key, c.nch);
+    return key;
+}
+
+extern "C" int ls_cuda_mmq_narrow_serves(const ls_weight *w, int64_t m) {
+    Ctx c;
+    const int key = prepared(w, c);
+    return key >= 0 && ls::mmq::narrow_serves(key, c, m);
 }
 
 extern "C" int ls_cuda_mmq_kw_override(int kw) {
@@ -979,8 +1016,13 @@ extern "C" int ls_cuda_mmq_groupable(const ls_weight *a, const ls_weight *b, int
     const int key = ls_cuda_mmq_key(a);
     if (key < 0 || ls_cuda_mmq_key(b) != key || a->cols != b->cols || m <= 0) return 0;
     if (!ls_cuda_mmq_single_pass(m, a->cols, scratch_bytes)) return 0;
-    /* one kernel for the whole group: the dp4a kernel or the small-M one for all */
+    /* one kernel for the whole group: the dp4a kernel, the small-M or the narrow-call one for all */
     if (ls::mmq::use_mma(m, a->rows) || ls::mmq::use_mma(m, b->rows)) return 0;
+    Ctx ca, cb;
+    if (prepared(a, ca) < 0 || prepared(b, cb) < 0) return 0;
+    const bool na = narrow_pick(key, ca, m), nb = narrow_pick(key, cb, m);
+    if (na != nb || (na && (ca.gshift != cb.gshift || ca.kw != cb.kw))) return 0;
+    if (na) return 1;
     return ls::mmq::use_small(key, m, a->rows) == ls::mmq::use_small(key, m, b->rows);
 }
 

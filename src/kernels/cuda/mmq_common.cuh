@@ -82,6 +82,15 @@ inline int64_t small_min_rows(int key) {
 inline bool use_small(int key, int64_t M, int64_t N) {
     return M >= small_min_rows(key) && M <= SMALL_MAX_ROWS && !use_mma(M, N);
 }
+/* The narrow-call kernel (mmq_narrow.cu: MLX 4/8-bit, 1..4 rows, 16-byte aligned rows, groups
+ * of 32 / 64 / 128) takes the calls it serves from NARROW_MIN_ROWS rows on, ahead of the
+ * small-M and dp4a kernels. */
+#ifdef LS_NARROW_MIN_ROWS /* compile-time override, for measuring */
+constexpr int64_t NARROW_MIN_ROWS = LS_NARROW_MIN_ROWS;
+#else
+constexpr int64_t NARROW_MIN_ROWS = 2;
+#endif
+bool narrow_serves(int key, const ls::q::Ctx &c, int64_t M);
 
 /* The weight of a grouped launch (up to 3 weights' row blocks one after another: mmq.cu
  * Group, mmq_small.cu SmallGroup) that row block yb falls in: c and y become its context and
@@ -152,6 +161,11 @@ int tile_launch(cudaStream_t st, const ls::q::Ctx &c, int key, const int8_t *xq,
 int dtile_launch(cudaStream_t st, const ls::q::Ctx &c, const int8_t *xq, const Meta *xm, float *y, int64_t M);
 /* mmq_dtile6.cu: the same for Q6_K weights (four lanes a round). */
 int dtile6_launch(cudaStream_t st, const ls::q::Ctx &c, const int8_t *xq, const Meta *xm, float *y, int64_t M);
+/* mmq_narrow.cu: the narrow-call kernel for n (1..3) MLX weights of one type and K (c[i].nch,
+ * kw set; narrow_serves holds for each) on the same M quantized activation rows; the same bits
+ * as the other kernels. Returns 0, or -1 when nothing was launched. */
+int narrow_launch(cudaStream_t st, const ls::q::Ctx *c, float *const *y, int n, int key, const int8_t *xq,
+                  const Meta *xm, int64_t M);
 /* mmq_small.cu: the small-M kernel for n (1..3) weights of one type and K (c[i].nch, kw set)
  * on the same M quantized activation rows, y[i] = W_i x; each weight's rows get the same
  * bits as a launch of their own. Returns 0, or -1 when nothing was launched. */
