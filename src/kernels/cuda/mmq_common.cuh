@@ -84,7 +84,11 @@ inline bool use_small(int key, int64_t M, int64_t N) {
 }
 /* The narrow-call kernel (mmq_narrow.cu: MLX 4/8-bit, 1..4 rows, 16-byte aligned rows, groups
  * of 32 / 64 / 128) takes the calls it serves from NARROW_MIN_ROWS rows on, ahead of the
- * small-M and dp4a kernels. */
+ * small-M and dp4a kernels (H200, session 17, 4 rows, us, narrow vs the previous choice: MLX
+ * 8-bit 21504 x 5376 48.2 vs 64.6, 5376 x 21504 61.7 vs 69.1; MLX 4-bit 21504 x 5376 46.0 vs
+ * 50.4, 16384 x 5376 32.5 vs 40.5, 5376 x 8192 29.2 vs 21.2: a 31B verify block of 4 17.0 ->
+ * 15.0 ms). One-row calls stay on the one-row kernels (MLX 4-bit 21504 x 5376: 39.3 vs 24.4;
+ * with them 31B decode fell from 100 to 70 tok/s). */
 #ifdef LS_NARROW_MIN_ROWS /* compile-time override, for measuring */
 constexpr int64_t NARROW_MIN_ROWS = LS_NARROW_MIN_ROWS;
 #else

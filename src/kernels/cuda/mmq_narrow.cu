@@ -22,8 +22,6 @@
  * in lane order (the first lane starts the total). */
 #include <stdint.h>
 
-#include <atomic>
-
 #include <cuda_runtime.h>
 
 #include "kernels/backend.h"
@@ -31,7 +29,6 @@
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/mmq_frag.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/staging.cuh"
 
 namespace {
 
@@ -44,12 +41,9 @@ using ls::mmq::XB_BYTES;
 #ifdef LS_NARROW_NW /* compile-time override, for measuring */
 constexpr int NW = LS_NARROW_NW;
 #else
+/* 4 warps a block, each folding two lane groups of a 32-lane row: against 8 warps (one group
+ * each) a 31B verify block of 4 took 15.0 ms instead of 16.1-16.6 (H200, session 17) */
 constexpr int NW = 4; /* warps per block */
-#endif
-#ifdef LS_NARROW_STAGES
-constexpr int NS = LS_NARROW_STAGES;
-#else
-constexpr int NS = 4; /* a warp's weight stages: NS - 1 rounds in flight while it folds one */
 #endif
 constexpr int ROWS = 16; /* weight rows per block: one m16 tile */
 constexpr int LG = 4;    /* consecutive virtual lanes a warp folds in one round */
@@ -59,25 +53,22 @@ constexpr int MAXR = 4;  /* activation rows: both planes of each fill the n8 til
  * 3: c.sb_kind at run time), group = 32 << GSH elements. A thread's share of a chunk (32
  * codes of one row): WPC words at byte 4 WPC t4, the plane words 2 t4, 2 t4 + 1 of mmq_frag.cuh
  * (MLX 4-bit: nibbles of elements 8 t4 .. 8 t4 + 7, which the activations store in that
- * order: QMlx4::IL). A round's LG chunks start at a multiple of LG, so they span NG groups.
- * In a warp's stage a row's LG chunks (SPAN bytes) sit STRIDE bytes apart: 80 / 160 put the
- * 8 rows one fragment load reads (4-byte words of a warp, 8-byte words of a half-warp) in
- * distinct banks. */
+ * order: QMlx4::IL). A round's LG chunks start at a multiple of LG, so they span NG groups. */
 template <int BITS, int SBK, int GSH>
 struct NMlx {
     static constexpr int WPC = BITS / 4;
     static constexpr int CB = 4 * BITS; /* bytes per chunk and row */
     static constexpr int NG = GSH >= 2 ? 1 : LG >> GSH;
     static constexpr int SB = SBK, GS = GSH;
-    static constexpr int SPAN = LG * CB, STRIDE = SPAN + 16 * WPC;
-    static constexpr int STAGE = ROWS * STRIDE, WARP = NS * STAGE;
 };
 
-/* One round's register loads for this thread (one round ahead of its fold): its rows' scale
+/* One round's loads for this thread: its rows g / g + 8 (k = 0 / 1) x LG chunks, their scale
  * and bias bits, and the activation side of each chunk (B fragment of column g; dx and X of
- * activation row t4). The weights come through the warp's shared-memory stages. */
+ * activation row t4). Raw words only: the decoding waits for the fold, so a prefetched round
+ * costs registers, not stalls. */
 template <class T>
 struct Round {
+    uint32_t q[2][LG][T::WPC];
     uint32_t s[2][T::NG], b[2][T::NG];
     uint2 xb[LG];
     float2 xm[LG];
@@ -85,41 +76,36 @@ struct Round {
 
 /* Where this thread's loads come from, as 32-bit byte offsets from the call's arrays (c.w,
  * c.sc and c.bi, xq, xm: kernel parameters, uniform): a 64-bit pointer a stream would cost two
- * registers each, which the compiler rematerialized every round. narrow_serves keeps every
- * offset below 2^32. */
+ * registers each, which the compiler rematerialized every round at 2 blocks an SM.
+ * narrow_serves keeps every offset below 2^32. */
 struct Src {
-    uint32_t cw;    /* the weight row this lane copies (lane / 2, clamped to a real row) */
-    uint32_t sb[2]; /* the scales (and biases: the same layout) of its rows g, g + 8 */
+    uint32_t w[2];  /* weight rows g, g + 8 (clamped to real rows), plus this thread's word */
+    uint32_t sb[2]; /* their scales (and biases: the same layout) */
     uint32_t xb;    /* its B column's plane words of block 0 */
     uint32_t xm;    /* activation row t4's (clamped) metadata of block 0, bytes */
 };
 
-/* Copy the round at chunk ci0 of the block's 16 rows into the warp's stage at st (shared
- * address): lane l copies row l / 2's half of the span in 16-byte pieces; pieces of chunks
- * past the row's end are not copied (never folded). One commit group, empty or not. */
-template <class T>
-__device__ __forceinline__ void copy_round(uint32_t st, const Src &p, const Ctx &c, int ci0, bool live) {
-    constexpr int PL = T::SPAN / 16 / 2; /* pieces a lane */
-    const int lane = threadIdx.x & 31;
-    if (live) {
-        const int left = c.nch - ci0;
-        const uint8_t *src = c.w + (p.cw + (uint32_t)ci0 * (uint32_t)T::CB);
-        const uint32_t dst = st + (uint32_t)(lane >> 1) * T::STRIDE;
+/* The loads of the round at chunk ci0, each stream's chunks at immediate offsets from one
+ * address; chunks past the row's end (ci0 + v >= nch, only in a lane group's last round) are
+ * not loaded and never folded. */
+template <class T, bool FULL>
+__device__ __forceinline__ void load_w(Round<T> &r, const Src &p, const Ctx &c, int ci0) {
+    const int left = FULL ? LG : c.nch - ci0;
 #pragma unroll
-        for (int j = 0; j < PL; j++) {
-            const int piece = (lane & 1) * PL + j;
-            if (16 * piece < left * T::CB) ls::stage::cp16(dst + 16 * piece, src + 16 * piece, 16);
+    for (int k = 0; k < 2; k++) {
+        const uint8_t *a = c.w + (p.w[k] + (uint32_t)ci0 * (uint32_t)T::CB);
+#pragma unroll
+        for (int v = 0; v < LG; v++) {
+            if (v >= left) break;
+            if (T::WPC == 2) {
+                const uint2 u = __ldg(reinterpret_cast<const uint2 *>(a + v * T::CB));
+                r.q[k][v][0] = u.x;
+                r.q[k][v][T::WPC - 1] = u.y;
+            } else {
+                r.q[k][v][0] = ldw(a + v * T::CB);
+            }
         }
     }
-    ls::stage::cp_commit();
-}
-
-/* The register loads of the round at chunk ci0: each stream's chunks at immediate offsets
- * from one address; chunks past the row's end are not loaded and never folded. */
-template <class T, bool FULL>
-__device__ __forceinline__ void load_x(Round<T> &r, const Src &p, const Ctx &c, const int8_t *__restrict__ xq,
-                                       const Meta *__restrict__ xm, int ci0) {
-    const int left = FULL ? LG : c.nch - ci0;
     const int kind = T::SB == 3 ? c.sb_kind : T::SB;
     const uint32_t go = (uint32_t)(ci0 >> T::GS) * (kind == 0 ? 4u : 2u);
 #pragma unroll
@@ -132,6 +118,11 @@ __device__ __forceinline__ void load_x(Round<T> &r, const Src &p, const Ctx &c, 
             r.b[k][j] = kind == 0 ? ldw(b + 4 * j) : ldh(b + 2 * j);
         }
     }
+}
+template <class T, bool FULL>
+__device__ __forceinline__ void load_x(Round<T> &r, const Src &p, const Ctx &c, const int8_t *__restrict__ xq,
+                                       const Meta *__restrict__ xm, int ci0) {
+    const int left = FULL ? LG : c.nch - ci0;
     const int8_t *xb = xq + (p.xb + (uint32_t)ci0 * (uint32_t)XB_BYTES);
     const uint8_t *mb = reinterpret_cast<const uint8_t *>(xm) + (p.xm + (uint32_t)ci0 * (uint32_t)sizeof(Meta));
 #pragma unroll
@@ -141,12 +132,6 @@ __device__ __forceinline__ void load_x(Round<T> &r, const Src &p, const Ctx &c, 
         r.xm[v] = __ldg(reinterpret_cast<const float2 *>(mb + v * sizeof(Meta)));
     }
 }
-template <class T>
-__device__ __forceinline__ void load_round(Round<T> &r, const Src &src, const Ctx &c, const int8_t *__restrict__ xq,
-                                           const Meta *__restrict__ xm, int ci0) {
-    if (c.nch - ci0 >= LG) load_x<T, true>(r, src, c, xq, xm, ci0);
-    else load_x<T, false>(r, src, c, xq, xm, ci0);
-}
 
 template <int SBK>
 __device__ __forceinline__ float sb_float(uint32_t v, const Ctx &c) {
@@ -154,29 +139,22 @@ __device__ __forceinline__ float sb_float(uint32_t v, const Ctx &c) {
     return k == 0 ? __uint_as_float(v) : k == 1 ? f16f(v) : bf16f(v);
 }
 
-/* Fold the round in stage st (chunks ci0 + v, below nch) into the lanes' partials la[v][k]
- * (output row g + 8 k, activation row t4): mmq_small.cu fold1's paired-plane expressions for
- * MLX. */
+/* Fold round r (chunks ci0 + v, below nch) into the lanes' partials la[v][k] (output row
+ * g + 8 k, activation row t4): mmq_small.cu fold1's paired-plane expressions for MLX. */
 template <class T, int SBK, int GSH, bool FULL>
-__device__ __forceinline__ void fold(float (&la)[LG][2], const Round<T> &r, uint32_t st, const Ctx &c, int ci0,
-                                     int g, int t4) {
-    const uint32_t a0 = st + (uint32_t)g * T::STRIDE + 4u * T::WPC * (uint32_t)t4, a1 = a0 + 8u * T::STRIDE;
+__device__ __forceinline__ void fold(float (&la)[LG][2], const Round<T> &r, const Ctx &c, int ci0) {
 #pragma unroll
     for (int v = 0; v < LG; v++) {
         if (!FULL && ci0 + v >= c.nch) break; /* uniform */
         uint32_t lo[2], hi[2];
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            const uint32_t a = (k ? a1 : a0) + v * T::CB;
             if (T::WPC == 2) {
-                uint32_t x, y;
-                asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "r"(a));
-                lo[k] = x, hi[k] = y;
+                lo[k] = r.q[k][v][0];
+                hi[k] = r.q[k][v][T::WPC - 1];
             } else {
-                uint32_t q;
-                asm volatile("ld.shared.u32 %0, [%1];" : "=r"(q) : "r"(a));
-                lo[k] = q & 0x0f0f0f0fu;
-                hi[k] = (q >> 4) & 0x0f0f0f0fu;
+                lo[k] = r.q[k][v][0] & 0x0f0f0f0fu;
+                hi[k] = (r.q[k][v][0] >> 4) & 0x0f0f0f0fu;
             }
         }
         int cc[4];
@@ -204,25 +182,30 @@ __device__ __forceinline__ void next(Pos &p, int U, int nch) {
     }
 }
 
-/* Step k of the walk at p (its weights in stage k % NS, its register loads in cur): the
- * round NS - 1 steps ahead (cp) copied into the stage step k - 1 freed, the next round's
- * register loads into nxt, cur folded, a finished group's partials stored to
- * red[lane][row][column]. */
-template <class T, int SBK, int GSH>
-__device__ __forceinline__ void walk_step(Pos &p, Pos &cp, int k, uint32_t ring, Round<T> &cur, Round<T> &nxt,
-                                          float (&la)[LG][2], float *red, const Src &src, const Ctx &c,
-                                          const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int U, int nu,
-                                          int nr, int g, int t4) {
-    ls::stage::cp_wait<NS - 2>(); /* this lane's copies of step k's stage are done */
-    __syncwarp();                 /* and every lane's: visible to the warp; step k - 1's reads are over */
-    copy_round<T>(ring + (uint32_t)((k + NS - 1) % NS) * T::STAGE, src, c, cp.ci0, cp.u0 < nu);
-    if (cp.u0 < nu) next(cp, U, c.nch);
+/* A round's loads: every chunk (a full round) or those before the row's end. */
+template <class T>
+__device__ __forceinline__ void load_round(Round<T> &r, const Src &src, const Ctx &c, const int8_t *__restrict__ xq,
+                                           const Meta *__restrict__ xm, int ci0) {
+    if (c.nch - ci0 >= LG) {
+        load_w<T, true>(r, src, c, ci0);
+        load_x<T, true>(r, src, c, xq, xm, ci0);
+    } else {
+        load_w<T, false>(r, src, c, ci0);
+        load_x<T, false>(r, src, c, xq, xm, ci0);
+    }
+}
+
+/* One step of the walk at p with round cur loaded: the next round into nxt (PF), cur folded,
+ * a finished group's partials stored to red[lane][row][column]. */
+template <class T, int SBK, int GSH, bool PF>
+__device__ __forceinline__ void walk_step(Pos &p, Round<T> &cur, Round<T> &nxt, float (&la)[LG][2], float *red,
+                                          const Src &src, const Ctx &c, const int8_t *__restrict__ xq,
+                                          const Meta *__restrict__ xm, int U, int nu, int nr, int g, int t4) {
     Pos q = p;
     next(q, U, c.nch);
-    if (q.u0 < nu) load_round<T>(nxt, src, c, xq, xm, q.ci0);
-    const uint32_t st = ring + (uint32_t)(k % NS) * T::STAGE;
-    if (c.nch - p.ci0 >= LG) fold<T, SBK, GSH, true>(la, cur, st, c, p.ci0, g, t4);
-    else fold<T, SBK, GSH, false>(la, cur, st, c, p.ci0, g, t4);
+    if (PF && q.u0 < nu) load_round<T>(nxt, src, c, xq, xm, q.ci0);
+    if (c.nch - p.ci0 >= LG) fold<T, SBK, GSH, true>(la, cur, c, p.ci0);
+    else fold<T, SBK, GSH, false>(la, cur, c, p.ci0);
     if (q.u0 != p.u0) {
 #pragma unroll
         for (int v = 0; v < LG; v++) {
@@ -234,62 +217,54 @@ __device__ __forceinline__ void walk_step(Pos &p, Pos &cp, int k, uint32_t ring,
             la[v][0] = la[v][1] = 0.0f;
         }
     }
+    if (!PF && q.u0 < nu) load_round<T>(nxt, src, c, xq, xm, q.ci0);
     p = q;
 }
 
-/* Shared memory of a block: the warps' rings, then the lanes' partials (nu x 16 x nr f32). */
-template <class T>
-__host__ __device__ constexpr int ring_bytes() {
-    return NW * T::WARP;
-}
-
-template <class T, int SBK, int GSH>
+template <class T, int SBK, int GSH, bool PF>
 __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restrict__ xq,
                                             const Meta *__restrict__ xm, float *__restrict__ y, int64_t n0, int nr,
-                                            uint8_t *smem) {
+                                            float *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const int nch = c.nch, U = 32 * c.kw, nu = nch < U ? nch : U;
     const int64_t nbk = c.K / QB;
-    float *red = reinterpret_cast<float *>(smem + ring_bytes<T>());
-    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem) + (uint32_t)warp * T::WARP;
     Src src;
     {
         const uint32_t sbz = c.sb_kind == 0 ? 4u : 2u;
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const int64_t n = n0 + g + 8 * k < c.N ? n0 + g + 8 * k : c.N - 1;
+            src.w[k] = (uint32_t)((uint64_t)n * c.row_bytes) + 4u * T::WPC * (uint32_t)t4;
             src.sb[k] = (uint32_t)n * (uint32_t)c.ng * sbz;
         }
-        const int64_t nc = n0 + (lane >> 1) < c.N ? n0 + (lane >> 1) : c.N - 1;
-        src.cw = (uint32_t)((uint64_t)nc * c.row_bytes);
         const int gr = (g >> 1) < nr ? g >> 1 : nr - 1; /* B column g: activation row g / 2, plane g % 2 */
         const int mr = t4 < nr ? t4 : nr - 1;
         src.xb = (uint32_t)(gr * nbk) * XB_BYTES + (g & 1) * QB + 8 * t4;
         src.xm = (uint32_t)(mr * nbk) * (uint32_t)sizeof(Meta);
-        /* opaque from here on: kept in registers, not recomputed from the parameters each round */
-        asm volatile("" : "+r"(src.cw), "+r"(src.sb[0]), "+r"(src.sb[1]), "+r"(src.xb), "+r"(src.xm));
+        /* opaque from here on: kept in 6 registers, not recomputed from the parameters each round */
+        asm volatile("" : "+r"(src.w[0]), "+r"(src.w[1]), "+r"(src.sb[0]), "+r"(src.sb[1]), "+r"(src.xb), "+r"(src.xm));
     }
     float la[LG][2];
 #pragma unroll
     for (int v = 0; v < LG; v++) la[v][0] = la[v][1] = 0.0f;
-    Pos p{LG * warp, LG * warp}, cp = p;
-    /* the first NS - 1 rounds' weights: never written by a step, so requested before the wait */
-#pragma unroll
-    for (int k = 0; k < NS - 1; k++) {
-        copy_round<T>(ring + (uint32_t)k * T::STAGE, src, c, cp.ci0, cp.u0 < nu);
-        if (cp.u0 < nu) next(cp, U, nch);
+    Round<T> ra, rb;
+    Pos p{LG * warp, LG * warp};
+    if (p.u0 < nu) { /* weights are never written by a step: before the wait */
+        if (nch - p.ci0 >= LG) load_w<T, true>(ra, src, c, p.ci0);
+        else load_w<T, false>(ra, src, c, p.ci0);
     }
     ls::pdl::enter();
-    Round<T> ra, rb;
-    if (p.u0 < nu) load_round<T>(ra, src, c, xq, xm, p.ci0);
-    /* two steps an iteration, the rounds' registers swapping roles: no copies */
-    for (int k = 0; p.u0 < nu; k += 2) {
-        walk_step<T, SBK, GSH>(p, cp, k, ring, ra, rb, la, red, src, c, xq, xm, U, nu, nr, g, t4);
-        if (p.u0 >= nu) break;
-        walk_step<T, SBK, GSH>(p, cp, k + 1, ring, rb, ra, la, red, src, c, xq, xm, U, nu, nr, g, t4);
+    if (p.u0 < nu) {
+        if (nch - p.ci0 >= LG) load_x<T, true>(ra, src, c, xq, xm, p.ci0);
+        else load_x<T, false>(ra, src, c, xq, xm, p.ci0);
     }
-    ls::stage::cp_wait<0>();
+    /* two steps an iteration, the rounds' registers swapping roles: no copies */
+    while (p.u0 < nu) {
+        walk_step<T, SBK, GSH, PF>(p, ra, rb, la, red, src, c, xq, xm, U, nu, nr, g, t4);
+        if (p.u0 >= nu) break;
+        walk_step<T, SBK, GSH, PF>(p, rb, ra, la, red, src, c, xq, xm, U, nu, nr, g, t4);
+    }
     __syncthreads();
     const int t = threadIdx.x;
     if (t < ROWS * nr) {
@@ -311,29 +286,33 @@ struct NarrowGroup {
     int n;
 };
 
-template <class T, int SBK, int GSH>
-__global__ void __launch_bounds__(32 * NW, 16 / NW) /* 16 warps an SM */
+template <class T, int SBK, int GSH, bool PF>
+__global__ void __launch_bounds__(32 * NW, PF ? 2 : 3)
     narrow_kernel(const NarrowGroup ng, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int nr) {
-    extern __shared__ __align__(16) uint8_t smem[];
+    extern __shared__ __align__(16) float red[];
     int64_t yb = blockIdx.x;
     Ctx c;
     float *y;
     ls::mmq::group_pick(ng, yb, c, y);
-    narrow_body<T, SBK, GSH>(c, xq, xm, y, yb * ROWS, nr, smem); /* calls ls::pdl::enter() */
+    narrow_body<T, SBK, GSH, PF>(c, xq, xm, y, yb * ROWS, nr, red); /* calls ls::pdl::enter() */
 }
+
+/* Each warp loads round r + 1 before folding round r (registers for two rounds, 2 blocks an
+ * SM); LS_NARROW_NOPF (compile-time, for measuring) loads each round just before its fold and
+ * leaves the latency to the other warps (one round, 3 blocks an SM). */
+#ifdef LS_NARROW_NOPF
+constexpr bool PF = false;
+#else
+constexpr bool PF = true;
+#endif
 
 template <int BITS, int SBK, int GSH>
 int narrow_t(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
     using T = NMlx<BITS, SBK, GSH>;
     const int U = 32 * g.c[0].kw, nu = g.c[0].nch < U ? g.c[0].nch : U;
-    const size_t smem = (size_t)ring_bytes<T>() + (size_t)nu * ROWS * nr * sizeof(float);
-    /* the most any call asks for: 4 k-warps (128 lanes) of 4 rows */
-    static std::atomic<unsigned> raised{0};
-    if (ls::stage::smem_limit(narrow_kernel<T, SBK, GSH>, ring_bytes<T>() + 128 * ROWS * MAXR * (int)sizeof(float),
-                              raised) != 0)
-        return -1;
+    const size_t smem = (size_t)nu * ROWS * nr * sizeof(float);
     const cudaError_t e =
-        ls::pdl::launch(narrow_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
+        ls::pdl::launch(narrow_kernel<T, SBK, GSH, PF>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
     return e == cudaSuccess ? 0 : -1;
 }
 
