@@ -1,8 +1,8 @@
-/* The narrow-call kernel of the integer-dot matmul for MLX affine 4/8-bit weights: calls of 1
- * to 4 activation rows (a verify block of 4, a decode step), int8 tensor cores fed straight
- * from global memory into registers. The same activation blocks, exact integer sums and f32
- * sequence per output as mmq.cu's dp4a kernel and the mma kernels (mmq_common.cuh), so a
- * row's bits do not depend on which of them ran. docs/cuda.md section 2a.
+/* The narrow-call kernel of the integer-dot matmul for MLX affine 4/8-bit weights: calls of 2
+ * to 4 activation rows (a verify block of K = 4; tests also force it on one row), int8 tensor
+ * cores fed straight from global memory into registers. The same activation blocks, exact
+ * integer sums and f32 sequence per output as mmq.cu's dp4a kernel and the mma kernels
+ * (mmq_common.cuh), so a row's bits do not depend on which of them ran. docs/cuda.md section 2a.
  *
  * Why: a 31B verify block of 4 cost 1.67x a one-token step (docs/benchmarks.md, sessions
  * 13-15) because its MLX matmuls cost 1.6-2.2x a one-row call: the dp4a kernel pays every
@@ -195,15 +195,15 @@ __device__ __forceinline__ void load_round(Round<T> &r, const Src &src, const Ct
     }
 }
 
-/* One step of the walk at p with round cur loaded: the next round into nxt (PF), cur folded,
- * a finished group's partials stored to red[lane][row][column]. */
-template <class T, int SBK, int GSH, bool PF>
+/* One step of the walk at p with round cur loaded: the next round into nxt, then cur folded
+ * (the load in flight meanwhile), a finished group's partials stored to red[lane][row][column]. */
+template <class T, int SBK, int GSH>
 __device__ __forceinline__ void walk_step(Pos &p, Round<T> &cur, Round<T> &nxt, float (&la)[LG][2], float *red,
                                           const Src &src, const Ctx &c, const int8_t *__restrict__ xq,
                                           const Meta *__restrict__ xm, int U, int nu, int nr, int g, int t4) {
     Pos q = p;
     next(q, U, c.nch);
-    if (PF && q.u0 < nu) load_round<T>(nxt, src, c, xq, xm, q.ci0);
+    if (q.u0 < nu) load_round<T>(nxt, src, c, xq, xm, q.ci0);
     if (c.nch - p.ci0 >= LG) fold<T, SBK, GSH, true>(la, cur, c, p.ci0);
     else fold<T, SBK, GSH, false>(la, cur, c, p.ci0);
     if (q.u0 != p.u0) {
@@ -217,11 +217,10 @@ __device__ __forceinline__ void walk_step(Pos &p, Round<T> &cur, Round<T> &nxt, 
             la[v][0] = la[v][1] = 0.0f;
         }
     }
-    if (!PF && q.u0 < nu) load_round<T>(nxt, src, c, xq, xm, q.ci0);
     p = q;
 }
 
-template <class T, int SBK, int GSH, bool PF>
+template <class T, int SBK, int GSH>
 __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restrict__ xq,
                                             const Meta *__restrict__ xm, float *__restrict__ y, int64_t n0, int nr,
                                             float *red) {
@@ -261,9 +260,9 @@ __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restri
     }
     /* two steps an iteration, the rounds' registers swapping roles: no copies */
     while (p.u0 < nu) {
-        walk_step<T, SBK, GSH, PF>(p, ra, rb, la, red, src, c, xq, xm, U, nu, nr, g, t4);
+        walk_step<T, SBK, GSH>(p, ra, rb, la, red, src, c, xq, xm, U, nu, nr, g, t4);
         if (p.u0 >= nu) break;
-        walk_step<T, SBK, GSH, PF>(p, rb, ra, la, red, src, c, xq, xm, U, nu, nr, g, t4);
+        walk_step<T, SBK, GSH>(p, rb, ra, la, red, src, c, xq, xm, U, nu, nr, g, t4);
     }
     __syncthreads();
     const int t = threadIdx.x;
@@ -286,25 +285,17 @@ struct NarrowGroup {
     int n;
 };
 
-template <class T, int SBK, int GSH, bool PF>
-__global__ void __launch_bounds__(32 * NW, PF ? 2 : 3)
+/* Each warp holds two rounds in registers (113-125 of them): 2 blocks an SM. */
+template <class T, int SBK, int GSH>
+__global__ void __launch_bounds__(32 * NW, 2)
     narrow_kernel(const NarrowGroup ng, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int nr) {
     extern __shared__ __align__(16) float red[];
     int64_t yb = blockIdx.x;
     Ctx c;
     float *y;
     ls::mmq::group_pick(ng, yb, c, y);
-    narrow_body<T, SBK, GSH, PF>(c, xq, xm, y, yb * ROWS, nr, red); /* calls ls::pdl::enter() */
+    narrow_body<T, SBK, GSH>(c, xq, xm, y, yb * ROWS, nr, red); /* calls ls::pdl::enter() */
 }
-
-/* Each warp loads round r + 1 before folding round r (registers for two rounds, 2 blocks an
- * SM); LS_NARROW_NOPF (compile-time, for measuring) loads each round just before its fold and
- * leaves the latency to the other warps (one round, 3 blocks an SM). */
-#ifdef LS_NARROW_NOPF
-constexpr bool PF = false;
-#else
-constexpr bool PF = true;
-#endif
 
 template <int BITS, int SBK, int GSH>
 int narrow_t(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
@@ -312,7 +303,7 @@ int narrow_t(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq
     const int U = 32 * g.c[0].kw, nu = g.c[0].nch < U ? g.c[0].nch : U;
     const size_t smem = (size_t)nu * ROWS * nr * sizeof(float);
     const cudaError_t e =
-        ls::pdl::launch(narrow_kernel<T, SBK, GSH, PF>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
+        ls::pdl::launch(narrow_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
     return e == cudaSuccess ? 0 : -1;
 }
 
