@@ -1,0 +1,203 @@
+/* What the two narrow-call kernels share (docs/cuda.md section 2a): mmq_narrow.cu (MLX 8-bit,
+ * weights loaded into registers one round ahead) and mmq_narrow_staged.cu (MLX 4-bit, weights
+ * through warp-private shared-memory stages). Both fold the same chunks in the same order with
+ * the same expressions, so a row's bits do not depend on which of them (or which other integer
+ * kernel, mmq_common.cuh) ran.
+ *
+ * Order (mmq_common.cuh): a block owns 16 weight rows; its NW warps take the virtual lanes in
+ * groups of LG consecutive ones (warp w: groups w, w + NW, ..); a group's round r holds the
+ * chunks u0 + r U .. u0 + r U + LG - 1 (one per lane, contiguous in the row), each folded into
+ * its lane's f32 (starting at 0) in increasing r. After a group's last round its partials go to
+ * shared memory; after the block's barrier one thread per output adds the lanes' partials in
+ * lane order (the first lane starts the total). */
+#pragma once
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/mmq_common.cuh"
+#include "kernels/cuda/mmq_frag.cuh"
+
+namespace ls::narrow {
+
+using ls::mmq::Meta;
+using ls::q::Ctx;
+
+/* 4 warps a block, each folding two lane groups of a 32-lane row: against 8 warps (one group
+ * each) a 31B verify block of 4 took 15.0 ms instead of 16.1-16.6 (H200, session 17) */
+constexpr int NW = 4;    /* warps per block */
+constexpr int ROWS = 16; /* weight rows per block: one m16 tile */
+constexpr int LG = 4;    /* consecutive virtual lanes a warp folds in one round */
+constexpr int MAXR = 4;  /* activation rows: both planes of each fill the n8 tile */
+
+/* MLX affine BITS-bit rows (4 or 8), scales and biases stored as SBK (0 f32, 1 f16, 2 bf16;
+ * 3: c.sb_kind at run time), group = 32 << GSH elements. A thread's share of a chunk (32
+ * codes of one row): WPC words at byte 4 WPC t4, the plane words 2 t4, 2 t4 + 1 of mmq_frag.cuh
+ * (MLX 4-bit: nibbles of elements 8 t4 .. 8 t4 + 7, which the activations store in that
+ * order: QMlx4::IL). A round's LG chunks start at a multiple of LG, so they span NG groups. */
+template <int BITS, int SBK, int GSH>
+struct NMlx {
+    static constexpr int WPC = BITS / 4;
+    static constexpr int CB = 4 * BITS; /* bytes per chunk and row */
+    static constexpr int NG = GSH >= 2 ? 1 : LG >> GSH;
+    static constexpr int SB = SBK, GS = GSH;
+};
+
+/* A round's register loads besides the weight codes: the scale and bias bits of this thread's
+ * rows g / g + 8 (k = 0 / 1), and the activation side of each chunk (B fragment of column g;
+ * dx and X of activation row t4). Raw words only: the decoding waits for the fold. */
+template <class T>
+struct SideRound {
+    uint32_t s[2][T::NG], b[2][T::NG];
+    uint2 xb[LG];
+    float2 xm[LG];
+};
+
+/* Where this thread's scale / bias and activation loads come from, as 32-bit byte offsets from
+ * the call's arrays (c.sc and c.bi, xq, xm: kernel parameters, uniform): a 64-bit pointer a
+ * stream would cost two registers each, which the compiler rematerialized every round.
+ * narrow_serves keeps every offset below 2^32. */
+struct SideSrc {
+    uint32_t sb[2]; /* the scales (and biases: the same layout) of rows g, g + 8 */
+    uint32_t xb;    /* its B column's plane words of block 0 */
+    uint32_t xm;    /* activation row t4's (clamped) metadata of block 0, bytes */
+};
+
+__device__ __forceinline__ SideSrc side_src(const Ctx &c, int64_t n0, int nr, int g, int t4) {
+    SideSrc s;
+    const uint32_t sbz = c.sb_kind == 0 ? 4u : 2u;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int64_t n = n0 + g + 8 * k < c.N ? n0 + g + 8 * k : c.N - 1;
+        s.sb[k] = (uint32_t)n * (uint32_t)c.ng * sbz;
+    }
+    const int64_t nbk = c.K / ls::mmq::QB;
+    const int gr = (g >> 1) < nr ? g >> 1 : nr - 1; /* B column g: activation row g / 2, plane g % 2 */
+    const int mr = t4 < nr ? t4 : nr - 1;
+    s.xb = (uint32_t)(gr * nbk) * ls::mmq::XB_BYTES + (g & 1) * ls::mmq::QB + 8 * t4;
+    s.xm = (uint32_t)(mr * nbk) * (uint32_t)sizeof(Meta);
+    return s;
+}
+
+/* The scale and bias loads of the round at chunk ci0 (never written by a step: they may be
+ * issued before the grid dependency wait); chunks past the row's end are not loaded. */
+template <class T, bool FULL>
+__device__ __forceinline__ void load_sb(SideRound<T> &r, const SideSrc &p, const Ctx &c, int ci0) {
+    const int left = FULL ? LG : c.nch - ci0;
+    const int kind = T::SB == 3 ? c.sb_kind : T::SB;
+    const uint32_t go = (uint32_t)(ci0 >> T::GS) * (kind == 0 ? 4u : 2u);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const uint8_t *s = c.sc + (p.sb[k] + go), *b = c.bi + (p.sb[k] + go);
+#pragma unroll
+        for (int j = 0; j < T::NG; j++) {
+            if ((j << T::GS) >= left) break;
+            r.s[k][j] = kind == 0 ? ls::q::ldw(s + 4 * j) : ls::q::ldh(s + 2 * j);
+            r.b[k][j] = kind == 0 ? ls::q::ldw(b + 4 * j) : ls::q::ldh(b + 2 * j);
+        }
+    }
+}
+
+/* The activation loads of the round at chunk ci0 (written by the previous step: after the wait). */
+template <class T, bool FULL>
+__device__ __forceinline__ void load_x(SideRound<T> &r, const SideSrc &p, const Ctx &c, const int8_t *__restrict__ xq,
+                                       const Meta *__restrict__ xm, int ci0) {
+    const int left = FULL ? LG : c.nch - ci0;
+    const int8_t *xb = xq + (p.xb + (uint32_t)ci0 * (uint32_t)ls::mmq::XB_BYTES);
+    const uint8_t *mb = reinterpret_cast<const uint8_t *>(xm) + (p.xm + (uint32_t)ci0 * (uint32_t)sizeof(Meta));
+#pragma unroll
+    for (int v = 0; v < LG; v++) {
+        if (v >= left) break;
+        r.xb[v] = __ldg(reinterpret_cast<const uint2 *>(xb + v * ls::mmq::XB_BYTES));
+        r.xm[v] = __ldg(reinterpret_cast<const float2 *>(mb + v * sizeof(Meta)));
+    }
+}
+
+template <int SBK>
+__device__ __forceinline__ float sb_float(uint32_t v, const Ctx &c) {
+    const int k = SBK == 3 ? c.sb_kind : SBK;
+    return k == 0 ? __uint_as_float(v) : k == 1 ? ls::q::f16f(v) : ls::q::bf16f(v);
+}
+
+/* Fold chunk v of a round, given this thread's plane words of rows g / g + 8 (lo, hi), into
+ * the lanes' partials la[k] (output row g + 8 k, activation row t4): mmq_small.cu fold1's
+ * paired-plane expressions for MLX. */
+template <class T, int SBK, int GSH>
+__device__ __forceinline__ void fold_chunk(float (&la)[2], const uint32_t (&lo)[2], const uint32_t (&hi)[2],
+                                           const SideRound<T> &r, int v, const Ctx &c) {
+    int cc[4];
+    ls::mmq::mma_k32<true>(cc, lo[0], lo[1], hi[0], hi[1], r.xb[v].x, r.xb[v].y);
+    const int j = GSH >= 2 ? 0 : v >> GSH;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int S = cc[2 * k] * 256 + cc[2 * k + 1];
+        const float a = sb_float<SBK>(r.s[k][j], c), b = sb_float<SBK>(r.b[k][j], c);
+        const float acc = fmaf(a * r.xm[v].x, (float)S, la[k]);
+        la[k] = fmaf(b, r.xm[v].y, acc);
+    }
+}
+
+/* A warp's walk: lane group u0 (its first lane), round chunk ci0 = u0 + r U. */
+struct Pos {
+    int u0, ci0;
+};
+__device__ __forceinline__ void next(Pos &p, int U, int nch) {
+    p.ci0 += U;
+    if (p.ci0 >= nch) {
+        p.u0 += LG * NW;
+        p.ci0 = p.u0;
+    }
+}
+
+/* A lane group done (the walk moved from p to q): its partials to red[lane][row][column],
+ * the registers cleared for the next group. */
+__device__ __forceinline__ void finish_group(float (&la)[LG][2], float *red, const Pos &p, const Pos &q, int nu,
+                                             int nr, int g, int t4) {
+    if (q.u0 == p.u0) return;
+#pragma unroll
+    for (int v = 0; v < LG; v++) {
+        const int u = p.u0 + v;
+        if (u < nu && t4 < nr) {
+            red[(u * ROWS + g) * nr + t4] = la[v][0];
+            red[(u * ROWS + g + 8) * nr + t4] = la[v][1];
+        }
+        la[v][0] = la[v][1] = 0.0f;
+    }
+}
+
+/* After the block's barrier: one thread per output adds the nu lanes' partials in lane order. */
+__device__ __forceinline__ void join_lanes(const float *red, const Ctx &c, float *__restrict__ y, int64_t n0, int nu,
+                                           int nr) {
+    const int t = threadIdx.x;
+    if (t < ROWS * nr) {
+        const int row = t / nr, col = t % nr;
+        float tot = red[row * nr + col];
+        for (int u = 1; u < nu; u++) tot = tot + red[(u * ROWS + row) * nr + col];
+        const int64_t n = n0 + row;
+        if (n < c.N) y[(int64_t)col * c.N + n] = tot;
+    }
+}
+
+/* Up to GMAX weights of one type and K on the same activation rows: the 16-row blocks of
+ * weight 0, then of weight 1, .. (a weight's rows get the body of its own launch). */
+constexpr int GMAX = 3;
+struct NarrowGroup {
+    Ctx c[GMAX];
+    float *y[GMAX];
+    int64_t nb[GMAX];
+    int n;
+};
+
+/* Virtual lanes of a call: 32 kw, at most one per chunk. */
+inline __host__ __device__ int lanes_of(const Ctx &c) {
+    const int U = 32 * c.kw;
+    return c.nch < U ? c.nch : U;
+}
+
+/* mmq_narrow_staged.cu: the MLX 4-bit launch (scales bf16 in every weight: SBK 2, else 3). */
+int staged_launch(cudaStream_t st, const NarrowGroup &g, int64_t nb, bool bf16, const int8_t *xq, const Meta *xm,
+                  int nr);
+
+} // namespace ls::narrow
