@@ -411,7 +411,7 @@ enum {
      * query vector a block for small attention calls), LS_CUDA_OFF_GEMV (one-row integer
      * matmuls take the general dp4a body instead of the streaming one-row kernel),
      * LS_CUDA_OFF_NARROW (MLX matmuls of 2..4 rows take the small-M / dp4a kernels instead of
-     * the narrow-call kernel). 0, the default: all on. */
+     * the narrow-call kernels). 0, the default: all on. */
     LS_TESTCTL_CUDA_OFF = 8,
 };
 enum {
