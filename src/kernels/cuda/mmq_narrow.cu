@@ -162,30 +162,22 @@ template <class T, int SBK, int GSH>
 __global__ void __launch_bounds__(32 * NW, 2)
     narrow_kernel(const NarrowGroup ng, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int nr) {
     extern __shared__ __align__(16) float red[];
-    int64_t yb = blockIdx.x;
     Ctx c;
     float *y;
-    ls::mmq::group_pick(ng, yb, c, y);
-    narrow_body<T, SBK, GSH>(c, xq, xm, y, yb * ROWS, nr, red); /* calls ls::pdl::enter() */
+    const int64_t n0 = pick_block(ng, c, y);
+    narrow_body<T, SBK, GSH>(c, xq, xm, y, n0, nr, red); /* calls ls::pdl::enter() */
 }
 
-template <int BITS, int SBK, int GSH>
-int narrow_t(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
-    using T = NMlx<BITS, SBK, GSH>;
-    const size_t smem = (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
-    const cudaError_t e =
-        ls::pdl::launch(narrow_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
-    return e == cudaSuccess ? 0 : -1;
-}
-
-template <int BITS, int SBK>
-int narrow_g(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
-    switch (g.c[0].gshift) {
-    case 0: return narrow_t<BITS, SBK, 0>(st, g, nb, xq, xm, nr);
-    case 1: return narrow_t<BITS, SBK, 1>(st, g, nb, xq, xm, nr);
-    default: return narrow_t<BITS, SBK, 2>(st, g, nb, xq, xm, nr);
+template <int SBK, int GSH>
+struct Launch8 {
+    static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
+        using T = NMlx<8, SBK, GSH>;
+        const size_t smem = (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
+        const cudaError_t e =
+            ls::pdl::launch(narrow_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
+        return e == cudaSuccess ? 0 : -1;
     }
-}
+};
 
 } // namespace
 
@@ -218,7 +210,7 @@ int narrow_launch(cudaStream_t st, const Ctx *c, float *const *y, int n, int key
     if (nb > 0x7fffffff) return -1;
     const int nr = (int)M;
     if (key == 104) return ls::narrow::staged_launch(st, g, nb, bf16, xq, xm, nr);
-    return bf16 ? narrow_g<8, 2>(st, g, nb, xq, xm, nr) : narrow_g<8, 3>(st, g, nb, xq, xm, nr);
+    return launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr);
 }
 
 } // namespace ls::mmq

@@ -190,6 +190,30 @@ struct NarrowGroup {
     int n;
 };
 
+/* A block's weight, output and first row: blockIdx.x over the group's 16-row blocks. */
+__device__ __forceinline__ int64_t pick_block(const NarrowGroup &ng, Ctx &c, float *&y) {
+    int64_t yb = blockIdx.x;
+    ls::mmq::group_pick(ng, yb, c, y);
+    return yb * ROWS;
+}
+
+/* The launch L<SBK, GSH>::run of a group: SBK 2 when every weight has bf16 scales (the
+ * checkpoints), else 3 (the kind read at run time); GSH from the group's gshift (0..2,
+ * narrow_serves). */
+template <template <int, int> class L, int SBK>
+int launch_gs(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
+    switch (g.c[0].gshift) {
+    case 0: return L<SBK, 0>::run(st, g, nb, xq, xm, nr);
+    case 1: return L<SBK, 1>::run(st, g, nb, xq, xm, nr);
+    default: return L<SBK, 2>::run(st, g, nb, xq, xm, nr);
+    }
+}
+template <template <int, int> class L>
+int launch_for(cudaStream_t st, const NarrowGroup &g, int64_t nb, bool bf16, const int8_t *xq, const Meta *xm,
+               int nr) {
+    return bf16 ? launch_gs<L, 2>(st, g, nb, xq, xm, nr) : launch_gs<L, 3>(st, g, nb, xq, xm, nr);
+}
+
 /* Virtual lanes of a call: 32 kw, at most one per chunk. */
 inline __host__ __device__ int lanes_of(const Ctx &c) {
     const int U = 32 * c.kw;

@@ -159,35 +159,27 @@ template <class T, int SBK, int GSH>
 __global__ void __launch_bounds__(32 * NW, 16 / NW) /* 16 warps an SM as far as registers go */
     staged_kernel(const NarrowGroup ng, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int nr) {
     extern __shared__ __align__(16) uint8_t smem[];
-    int64_t yb = blockIdx.x;
     Ctx c;
     float *y;
-    ls::mmq::group_pick(ng, yb, c, y);
-    staged_body<T, SBK, GSH>(c, xq, xm, y, yb * ROWS, nr, smem); /* calls ls::pdl::enter() */
+    const int64_t n0 = pick_block(ng, c, y);
+    staged_body<T, SBK, GSH>(c, xq, xm, y, n0, nr, smem); /* calls ls::pdl::enter() */
 }
 
 template <int SBK, int GSH>
-int staged_t(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
-    using T = NMlx<4, SBK, GSH>;
-    const size_t smem = (size_t)STAGES_BYTES + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
-    /* the most any call asks for: 4 k-warps (128 lanes) of 4 rows */
-    static std::atomic<unsigned> raised{0};
-    if (ls::stage::smem_limit(staged_kernel<T, SBK, GSH>, STAGES_BYTES + 128 * ROWS * MAXR * (int)sizeof(float),
-                              raised) != 0)
-        return -1;
-    const cudaError_t e =
-        ls::pdl::launch(staged_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
-    return e == cudaSuccess ? 0 : -1;
-}
-
-template <int SBK>
-int staged_g(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
-    switch (g.c[0].gshift) {
-    case 0: return staged_t<SBK, 0>(st, g, nb, xq, xm, nr);
-    case 1: return staged_t<SBK, 1>(st, g, nb, xq, xm, nr);
-    default: return staged_t<SBK, 2>(st, g, nb, xq, xm, nr);
+struct Launch4 {
+    static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
+        using T = NMlx<4, SBK, GSH>;
+        const size_t smem = (size_t)STAGES_BYTES + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
+        /* the most any call asks for: 4 k-warps (128 lanes) of 4 rows */
+        static std::atomic<unsigned> raised{0};
+        if (ls::stage::smem_limit(staged_kernel<T, SBK, GSH>,
+                                  STAGES_BYTES + 128 * ROWS * MAXR * (int)sizeof(float), raised) != 0)
+            return -1;
+        const cudaError_t e =
+            ls::pdl::launch(staged_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
+        return e == cudaSuccess ? 0 : -1;
     }
-}
+};
 
 } // namespace
 
@@ -195,7 +187,7 @@ namespace ls::narrow {
 
 int staged_launch(cudaStream_t st, const NarrowGroup &g, int64_t nb, bool bf16, const int8_t *xq, const Meta *xm,
                   int nr) {
-    return bf16 ? staged_g<2>(st, g, nb, xq, xm, nr) : staged_g<3>(st, g, nb, xq, xm, nr);
+    return launch_for<Launch4>(st, g, nb, bf16, xq, xm, nr);
 }
 
 } // namespace ls::narrow
