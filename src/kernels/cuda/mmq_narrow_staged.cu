@@ -6,9 +6,9 @@
  *
  * Why a second kernel: a 4-bit round is half the bytes of an 8-bit one for the same
  * instructions, so the register-fed kernel (one round in flight a warp) left 4-bit calls
- * latency-bound; staged, they were 12-17% faster and a 31B verify block of 4 took 14.0-14.5 ms
- * instead of 14.7-15.0, while 8-bit calls were 5-20% slower staged (H200, session 18,
- * docs/benchmarks.md). */
+ * latency-bound; staged, they were 11-17% faster and a 31B verify block of 4 took 14.0-14.5 ms
+ * instead of 14.6-14.8, while 8-bit calls were 7-20% slower staged (H200, session 18,
+ * docs/benchmarks.md, fifteenth run). */
 #include <stdint.h>
 
 #include <atomic>
@@ -26,8 +26,9 @@ namespace {
 using namespace ls::narrow;
 using ls::q::Ctx;
 
-/* a warp's weight stages: NS - 1 rounds in flight while it folds one (2 stages: 14.1-14.2 ms a
- * 31B verify block, 3: 14.0-14.5, 4: 15.4-15.5 at 3 blocks an SM) */
+/* a warp's weight stages: NS - 1 rounds in flight while it folds one (MLX 4-bit 21504 x 5376, 4
+ * rows: 2 stages 38.7 us, 3 stages 37.9, 4 stages 39.2, 6 stages 42.9; a 31B verify block of 4
+ * 14.1-14.2 ms with 2 stages, 14.0-14.5 with 3) */
 constexpr int NS = 3;
 
 /* Stage layout of a 4-bit round: a row's LG chunks (SPAN bytes) STRIDE bytes apart; 80 puts
