@@ -32,10 +32,12 @@ using namespace ls::narrow;
 using ls::q::Ctx;
 
 /* One round's loads for this thread: the weight words of its rows g / g + 8 (k = 0 / 1) x LG
- * chunks besides SideRound's. Raw words: a prefetched round costs registers, not stalls. */
+ * chunks (8-bit: the two plane words of mmq_frag.cuh, 8 bytes at 8 t4) besides SideRound's.
+ * Raw words: a prefetched round costs registers, not stalls. */
 template <class T>
 struct Round : SideRound<T> {
-    uint32_t q[2][LG][T::WPC];
+    static_assert(T::WPC == 2, "the register-fed kernel serves MLX 8-bit only (4-bit: mmq_narrow_staged.cu)");
+    uint2 q[2][LG];
 };
 
 /* The weight offsets of rows g, g + 8 (clamped to real rows) plus this thread's word, as
@@ -56,13 +58,7 @@ __device__ __forceinline__ void load_w(Round<T> &r, const Src &p, const Ctx &c, 
 #pragma unroll
         for (int v = 0; v < LG; v++) {
             if (v >= left) break;
-            if (T::WPC == 2) {
-                const uint2 u = __ldg(reinterpret_cast<const uint2 *>(a + v * T::CB));
-                r.q[k][v][0] = u.x;
-                r.q[k][v][T::WPC - 1] = u.y;
-            } else {
-                r.q[k][v][0] = ls::q::ldw(a + v * T::CB);
-            }
+            r.q[k][v] = __ldg(reinterpret_cast<const uint2 *>(a + v * T::CB));
         }
     }
     load_sb<T, FULL>(r, p, c, ci0);
@@ -77,13 +73,8 @@ __device__ __forceinline__ void fold(float (&la)[LG][2], const Round<T> &r, cons
         uint32_t lo[2], hi[2];
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            if (T::WPC == 2) {
-                lo[k] = r.q[k][v][0];
-                hi[k] = r.q[k][v][T::WPC - 1];
-            } else {
-                lo[k] = r.q[k][v][0] & 0x0f0f0f0fu;
-                hi[k] = (r.q[k][v][0] >> 4) & 0x0f0f0f0fu;
-            }
+            lo[k] = r.q[k][v].x;
+            hi[k] = r.q[k][v].y;
         }
         fold_chunk<T, SBK, GSH>(la[v], lo, hi, r, v, c);
     }
@@ -157,7 +148,7 @@ __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restri
     join_lanes(red, c, y, n0, nu, nr);
 }
 
-/* Each warp holds two rounds in registers (113-125 of them): 2 blocks an SM. */
+/* Each warp holds two rounds in registers (112-142 of them): 2-4 blocks an SM. */
 template <class T, int SBK, int GSH>
 __global__ void __launch_bounds__(32 * NW, 2)
     narrow_kernel(const NarrowGroup ng, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int nr) {
