@@ -160,6 +160,9 @@ struct Weight {
     void *dbase = nullptr, *dsc = nullptr, *dbi = nullptr;
 };
 
+/* byte offsets of MLX scale / bias arrays from their 256-aligned allocations (0: aligned) */
+int g_sb_off[2] = {0, 0};
+
 void make_weight(const Case &c, Weight &W) {
     memset(&W.w, 0, sizeof W.w);
     W.w.type = c.type;
@@ -195,11 +198,12 @@ void make_weight(const Case &c, Weight &W) {
     W.hw = W.w;
     W.hw.data = W.data.data();
     if (c.type == LS_TYPE_MLX_AFFINE) {
-        CK(cudaMalloc(&W.dsc, W.sc.size()));
-        CK(cudaMalloc(&W.dbi, W.bi.size()));
-        CK(cudaMemcpy(W.dsc, W.sc.data(), W.sc.size(), cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(W.dbi, W.bi.data(), W.bi.size(), cudaMemcpyHostToDevice));
-        W.w.scales = W.dsc, W.w.biases = W.dbi;
+        CK(cudaMalloc(&W.dsc, W.sc.size() + 16));
+        CK(cudaMalloc(&W.dbi, W.bi.size() + 16));
+        uint8_t *ds = (uint8_t *)W.dsc + g_sb_off[0], *db = (uint8_t *)W.dbi + g_sb_off[1];
+        CK(cudaMemcpy(ds, W.sc.data(), W.sc.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(db, W.bi.data(), W.bi.size(), cudaMemcpyHostToDevice));
+        W.w.scales = ds, W.w.biases = db;
         W.hw.scales = W.sc.data(), W.hw.biases = W.bi.data();
     }
 }
@@ -785,6 +789,13 @@ int main(int argc, char **argv) {
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 13, 65792, 0, false});
     int fails = 0;
     for (const Case &c : cases) fails += !test_case(c, quick);
+    /* MLX scale and bias arrays off 16- and 4-byte alignment, at different offsets (the narrow
+     * kernels' staged scales: 4-byte pieces from the boundary below each span) */
+    const Case sb_off[] = {{"mlxs", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 37, 5376, 0, false},
+                           {"mlxs", LS_TYPE_MLX_AFFINE, 8, 128, LS_TYPE_F16, 45, 640, 0, false}};
+    g_sb_off[0] = 2, g_sb_off[1] = 4;
+    for (const Case &c : sb_off) fails += !test_case(c, quick);
+    g_sb_off[0] = g_sb_off[1] = 0;
     fails += !test_group("q4_0", LS_TYPE_Q4_0, 0) + !test_group("q5_0", LS_TYPE_Q5_0, 0);
     fails += !test_group("q8_0", LS_TYPE_Q8_0, 0) + !test_group("q4_k", LS_TYPE_Q4_K, 0);
     fails += !test_group("q6_k", LS_TYPE_Q6_K, 0) + !test_group("mlx4", LS_TYPE_MLX_AFFINE, 4);
@@ -803,6 +814,6 @@ int main(int argc, char **argv) {
         printf("%s q8_k unsupported -> %d\n", rc == -1 ? "PASS" : "FAIL", rc);
         fails += rc != -1;
     }
-    printf("%s: %d of %zu cases failed\n", fails ? "FAIL" : "PASS", fails, cases.size() + 1);
+    printf("%s: %d of %zu cases failed\n", fails ? "FAIL" : "PASS", fails, cases.size() + 3);
     return fails ? 1 : 0;
 }

@@ -19,6 +19,7 @@
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/mmq_frag.cuh"
+#include "kernels/cuda/staging.cuh"
 
 namespace ls::narrow {
 
@@ -55,24 +56,98 @@ struct SideRound {
     float2 xm[LG];
 };
 
-/* Where this thread's scale / bias and activation loads come from, as 32-bit byte offsets from
- * the call's arrays (c.sc and c.bi, xq, xm: kernel parameters, uniform): a 64-bit pointer a
- * stream would cost two registers each, which the compiler rematerialized every round.
- * narrow_serves keeps every offset below 2^32. */
+/* A block's scales and biases, staged once in shared memory (why: read from global memory, a
+ * round's 2-byte scale and bias loads touched 16 rows' lines each, as many L1 wavefronts as the
+ * weights themselves for 128 bytes). The 16 rows' whole scale rows (rb bytes each) go to the
+ * first region, their biases to the second, in one of two layouts:
+ *   - rows SB_STRIDE apart, copied row by row in 16-byte pieces, when rb is a multiple of 16
+ *     and both arrays are 16-byte aligned (the stride an odd number of pieces, so the 8 rows
+ *     one load reads sit in distinct banks);
+ *   - else the rows' one contiguous span, copied in 16-byte pieces (arrays 16-byte aligned) or
+ *     4-byte ones from the 4-byte boundary below it (dl: the span's first byte, per array);
+ *     rb not a multiple of 16 keeps 8 rows in distinct banks already. */
+__host__ __device__ inline uint32_t sb_row_bytes(const Ctx &c) {
+    return (uint32_t)c.ng * (c.sb_kind == 0 ? 4u : 2u);
+}
+__host__ __device__ inline uint32_t sb_stride(uint32_t rb) {
+    return rb % 16 != 0 || (rb / 16) % 2 != 0 ? rb : rb + 16;
+}
+/* bytes of one region (either layout: the padded rows, or the span plus its 4-byte rounding) */
+__host__ __device__ inline uint32_t sb_region(uint32_t rb) {
+    return (ROWS * sb_stride(rb) + 16 + 15) & ~15u;
+}
+__host__ __device__ inline uint32_t sb_bytes(uint32_t rb) {
+    return 2 * sb_region(rb);
+}
+constexpr uint32_t SB_ROW_MAX = 4096; /* narrow_serves: at most 2 x 65,808 bytes staged */
+
+struct SbGeom {
+    uint32_t rb, S;   /* row bytes, row stride in the region */
+    uint32_t dl[2];   /* where the scale / bias span starts in its region */
+    bool rows, a16;   /* row-by-row layout; 16-byte pieces */
+};
+__device__ __forceinline__ SbGeom sb_geom(const Ctx &c, int64_t n0) {
+    SbGeom q;
+    q.rb = sb_row_bytes(c);
+    const uintptr_t s = reinterpret_cast<uintptr_t>(c.sc) + (uint64_t)n0 * q.rb,
+                    b = reinterpret_cast<uintptr_t>(c.bi) + (uint64_t)n0 * q.rb;
+    q.a16 = ((s | b) & 15u) == 0;
+    q.rows = q.a16 && q.rb % 16 == 0;
+    q.S = q.rows ? sb_stride(q.rb) : q.rb;
+    q.dl[0] = q.a16 ? 0u : (uint32_t)(s & 3u);
+    q.dl[1] = q.a16 ? 0u : (uint32_t)(b & 3u);
+    return q;
+}
+
+/* Copy the block's scale and bias rows (rows n0 .. n0 + 15 below N) to shared address dst by
+ * cp.async, one commit group. Never written by a step: the copy may be issued before the grid
+ * dependency wait. */
+__device__ __forceinline__ void stage_sb(uint32_t dst, const Ctx &c, int64_t n0) {
+    const SbGeom q = sb_geom(c, n0);
+    const uint32_t nrows = (uint32_t)(c.N - n0 < ROWS ? c.N - n0 : ROWS);
+#pragma unroll
+    for (int a = 0; a < 2; a++) {
+        const uint8_t *src = (a ? c.bi : c.sc) + (uint64_t)n0 * q.rb;
+        const uint32_t d = dst + (uint32_t)a * sb_region(q.rb);
+        if (q.rows) { /* 16-byte pieces, row by row */
+            const uint32_t pr = q.rb / 16;
+            for (uint32_t p = threadIdx.x; p < nrows * pr; p += blockDim.x) {
+                const uint32_t r = p / pr, o = (p - r * pr) * 16;
+                ls::stage::cp16(d + r * q.S + o, src + r * q.rb + o, 16);
+            }
+        } else if (q.a16) { /* one span, 16-byte pieces, the last one zero-filled past its end */
+            const uint32_t tot = nrows * q.rb;
+            for (uint32_t o = 16 * threadIdx.x; o < tot; o += 16 * blockDim.x)
+                ls::stage::cp16(d + o, src + o, (int)(tot - o < 16u ? tot - o : 16u));
+        } else { /* one span from the 4-byte boundary below it, 4-byte pieces */
+            const uint8_t *s4 = src - q.dl[a];
+            const uint32_t tot = q.dl[a] + nrows * q.rb;
+            for (uint32_t o = 4 * threadIdx.x; o < tot; o += 4 * blockDim.x)
+                ls::stage::cp4(d + o, s4 + o, (int)(tot - o < 4u ? tot - o : 4u));
+        }
+    }
+    ls::stage::cp_commit();
+}
+
+/* Where this thread's scale / bias and activation loads come from, as 32-bit byte offsets:
+ * sb from the block's staged scales (bo more to the biases), xb and xm from the call's xq
+ * and xm (kernel parameters, uniform): a 64-bit pointer a stream would cost two registers
+ * each, which the compiler rematerialized every round. narrow_serves keeps every offset below
+ * 2^32. */
 struct SideSrc {
-    uint32_t sb[2]; /* the scales (and biases: the same layout) of rows g, g + 8 */
+    uint32_t sb[2]; /* the staged scales of rows g, g + 8 (clamped to the block's real rows) */
+    uint32_t bo;    /* the biases: sb + bo */
     uint32_t xb;    /* its B column's plane words of block 0 */
     uint32_t xm;    /* activation row t4's (clamped) metadata of block 0, bytes */
 };
 
 __device__ __forceinline__ SideSrc side_src(const Ctx &c, int64_t n0, int nr, int g, int t4) {
     SideSrc s;
-    const uint32_t sbz = c.sb_kind == 0 ? 4u : 2u;
+    const SbGeom q = sb_geom(c, n0);
+    const int last = (int)(c.N - n0 < ROWS ? c.N - n0 : ROWS) - 1;
 #pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const int64_t n = n0 + g + 8 * k < c.N ? n0 + g + 8 * k : c.N - 1;
-        s.sb[k] = (uint32_t)n * (uint32_t)c.ng * sbz;
-    }
+    for (int k = 0; k < 2; k++) s.sb[k] = q.dl[0] + (uint32_t)(g + 8 * k <= last ? g + 8 * k : last) * q.S;
+    s.bo = sb_region(q.rb) + q.dl[1] - q.dl[0];
     const int64_t nbk = c.K / ls::mmq::QB;
     const int gr = (g >> 1) < nr ? g >> 1 : nr - 1; /* B column g: activation row g / 2, plane g % 2 */
     const int mr = t4 < nr ? t4 : nr - 1;
@@ -81,21 +156,23 @@ __device__ __forceinline__ SideSrc side_src(const Ctx &c, int64_t n0, int nr, in
     return s;
 }
 
-/* The scale and bias loads of the round at chunk ci0 (never written by a step: they may be
- * issued before the grid dependency wait); chunks past the row's end are not loaded. */
+/* The scale and bias loads of the round at chunk ci0 from the staged rows at sbm (shared
+ * memory, complete: stage_sb's group waited for and the block synchronized); chunks past the
+ * row's end are not loaded. */
 template <class T, bool FULL>
-__device__ __forceinline__ void load_sb(SideRound<T> &r, const SideSrc &p, const Ctx &c, int ci0) {
+__device__ __forceinline__ void load_sb(SideRound<T> &r, const SideSrc &p, const Ctx &c, const uint8_t *sbm,
+                                        int ci0) {
     const int left = FULL ? LG : c.nch - ci0;
     const int kind = T::SB == 3 ? c.sb_kind : T::SB;
     const uint32_t go = (uint32_t)(ci0 >> T::GS) * (kind == 0 ? 4u : 2u);
 #pragma unroll
     for (int k = 0; k < 2; k++) {
-        const uint8_t *s = c.sc + (p.sb[k] + go), *b = c.bi + (p.sb[k] + go);
+        const uint8_t *s = sbm + (p.sb[k] + go), *b = s + p.bo;
 #pragma unroll
         for (int j = 0; j < T::NG; j++) {
             if ((j << T::GS) >= left) break;
-            r.s[k][j] = kind == 0 ? ls::q::ldw(s + 4 * j) : ls::q::ldh(s + 2 * j);
-            r.b[k][j] = kind == 0 ? ls::q::ldw(b + 4 * j) : ls::q::ldh(b + 2 * j);
+            r.s[k][j] = kind == 0 ? ls::stage::lw(s + 4 * j) : ls::stage::lh(s + 2 * j);
+            r.b[k][j] = kind == 0 ? ls::stage::lw(b + 4 * j) : ls::stage::lh(b + 2 * j);
         }
     }
 }
@@ -189,6 +266,19 @@ struct NarrowGroup {
     int64_t nb[GMAX];
     int n;
 };
+
+/* The staged scale bytes a group's blocks need: the most of its weights' (their scale kinds may
+ * differ), and the dynamic shared memory a kernel may ask for besides its stages: scales at
+ * SB_ROW_MAX and the partials of 4 k-warps (128 lanes) x 16 rows x 4 columns. */
+inline size_t sb_group_bytes(const NarrowGroup &g) {
+    uint32_t m = 0;
+    for (int i = 0; i < g.n; i++) {
+        const uint32_t b = sb_bytes(sb_row_bytes(g.c[i]));
+        m = b > m ? b : m;
+    }
+    return m;
+}
+constexpr int SMEM_MAX = 2 * ((ROWS * (SB_ROW_MAX + 16) + 15) & ~15) + 128 * ROWS * MAXR * (int)sizeof(float);
 
 /* A block's weight, output and first row: blockIdx.x over the group's 16-row blocks. */
 __device__ __forceinline__ int64_t pick_block(const NarrowGroup &ng, Ctx &c, float *&y) {

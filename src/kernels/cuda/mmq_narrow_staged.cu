@@ -61,13 +61,13 @@ __device__ __forceinline__ void copy_round(uint32_t st, uint32_t cw, const Ctx &
 
 /* A round's register loads: every chunk (a full round) or those before the row's end. */
 template <class T>
-__device__ __forceinline__ void load_side(SideRound<T> &r, const SideSrc &src, const Ctx &c,
+__device__ __forceinline__ void load_side(SideRound<T> &r, const SideSrc &src, const Ctx &c, const uint8_t *sbm,
                                           const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int ci0) {
     if (c.nch - ci0 >= LG) {
-        load_sb<T, true>(r, src, c, ci0);
+        load_sb<T, true>(r, src, c, sbm, ci0);
         load_x<T, true>(r, src, c, xq, xm, ci0);
     } else {
-        load_sb<T, false>(r, src, c, ci0);
+        load_sb<T, false>(r, src, c, sbm, ci0);
         load_x<T, false>(r, src, c, xq, xm, ci0);
     }
 }
@@ -99,15 +99,15 @@ __device__ __forceinline__ void fold(float (&la)[LG][2], const SideRound<T> &r, 
 template <class T, int SBK, int GSH>
 __device__ __forceinline__ void walk_step(Pos &p, Pos &cp, int k, uint32_t ring, uint32_t cw, SideRound<T> &cur,
                                           SideRound<T> &nxt, float (&la)[LG][2], float *red, const SideSrc &src,
-                                          const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
-                                          int U, int nu, int nr, int g, int t4) {
+                                          const Ctx &c, const uint8_t *sbm, const int8_t *__restrict__ xq,
+                                          const Meta *__restrict__ xm, int U, int nu, int nr, int g, int t4) {
     ls::stage::cp_wait<NS - 2>(); /* this lane's copies of step k's stage are done */
     __syncwarp();                 /* and every lane's: visible to the warp; step k - 1's reads are over */
     copy_round(ring + (uint32_t)((k + NS - 1) % NS) * Stage4::STAGE, cw, c, cp.ci0, cp.u0 < nu);
     if (cp.u0 < nu) next(cp, U, c.nch);
     Pos q = p;
     next(q, U, c.nch);
-    if (q.u0 < nu) load_side<T>(nxt, src, c, xq, xm, q.ci0);
+    if (q.u0 < nu) load_side<T>(nxt, src, c, sbm, xq, xm, q.ci0);
     const uint32_t st = ring + (uint32_t)(k % NS) * Stage4::STAGE;
     if (c.nch - p.ci0 >= LG) fold<T, SBK, GSH, true>(la, cur, st, c, p.ci0, g, t4);
     else fold<T, SBK, GSH, false>(la, cur, st, c, p.ci0, g, t4);
@@ -115,7 +115,8 @@ __device__ __forceinline__ void walk_step(Pos &p, Pos &cp, int k, uint32_t ring,
     p = q;
 }
 
-/* Shared memory of a block: the warps' stages, then the lanes' partials (nu x 16 x nr f32). */
+/* Shared memory of a block: the warps' stages, the staged scales and biases, then the lanes'
+ * partials (nu x 16 x nr f32). */
 constexpr int STAGES_BYTES = NW * Stage4::WARP;
 
 template <class T, int SBK, int GSH>
@@ -125,13 +126,15 @@ __device__ __forceinline__ void staged_body(const Ctx &c, const int8_t *__restri
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const int nch = c.nch, U = 32 * c.kw, nu = lanes_of(c);
-    float *red = reinterpret_cast<float *>(smem + STAGES_BYTES);
+    const uint8_t *sbm = smem + STAGES_BYTES;
+    float *red = reinterpret_cast<float *>(smem + STAGES_BYTES + sb_bytes(sb_row_bytes(c)));
     const uint32_t ring = (uint32_t)__cvta_generic_to_shared(smem) + (uint32_t)warp * Stage4::WARP;
+    stage_sb((uint32_t)__cvta_generic_to_shared(sbm), c, n0); /* the first commit group */
     SideSrc src = side_src(c, n0, nr, g, t4);
     const int64_t nc = n0 + (lane >> 1) < c.N ? n0 + (lane >> 1) : c.N - 1; /* the row this lane copies */
     uint32_t cw = (uint32_t)((uint64_t)nc * c.row_bytes);
     /* opaque from here on: kept in registers, not recomputed from the parameters each round */
-    asm volatile("" : "+r"(cw), "+r"(src.sb[0]), "+r"(src.sb[1]), "+r"(src.xb), "+r"(src.xm));
+    asm volatile("" : "+r"(cw), "+r"(src.sb[0]), "+r"(src.sb[1]), "+r"(src.bo), "+r"(src.xb), "+r"(src.xm));
     float la[LG][2];
 #pragma unroll
     for (int v = 0; v < LG; v++) la[v][0] = la[v][1] = 0.0f;
@@ -143,13 +146,15 @@ __device__ __forceinline__ void staged_body(const Ctx &c, const int8_t *__restri
         if (cp.u0 < nu) next(cp, U, nch);
     }
     ls::pdl::enter();
+    ls::stage::cp_wait<NS - 1>(); /* this thread's scale copies (the rounds' may be in flight) */
+    __syncthreads();              /* and every thread's */
     SideRound<T> ra, rb;
-    if (p.u0 < nu) load_side<T>(ra, src, c, xq, xm, p.ci0);
+    if (p.u0 < nu) load_side<T>(ra, src, c, sbm, xq, xm, p.ci0);
     /* two steps an iteration, the rounds' registers swapping roles: no copies */
     for (int k = 0; p.u0 < nu; k += 2) {
-        walk_step<T, SBK, GSH>(p, cp, k, ring, cw, ra, rb, la, red, src, c, xq, xm, U, nu, nr, g, t4);
+        walk_step<T, SBK, GSH>(p, cp, k, ring, cw, ra, rb, la, red, src, c, sbm, xq, xm, U, nu, nr, g, t4);
         if (p.u0 >= nu) break;
-        walk_step<T, SBK, GSH>(p, cp, k + 1, ring, cw, rb, ra, la, red, src, c, xq, xm, U, nu, nr, g, t4);
+        walk_step<T, SBK, GSH>(p, cp, k + 1, ring, cw, rb, ra, la, red, src, c, sbm, xq, xm, U, nu, nr, g, t4);
     }
     ls::stage::cp_wait<0>();
     __syncthreads();
@@ -170,12 +175,9 @@ template <int SBK, int GSH>
 struct Launch4 {
     static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
         using T = NMlx<4, SBK, GSH>;
-        const size_t smem = (size_t)STAGES_BYTES + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
-        /* the most any call asks for: 4 k-warps (128 lanes) of 4 rows */
+        const size_t smem = (size_t)STAGES_BYTES + sb_group_bytes(g) + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
         static std::atomic<unsigned> raised{0};
-        if (ls::stage::smem_limit(staged_kernel<T, SBK, GSH>,
-                                  STAGES_BYTES + 128 * ROWS * MAXR * (int)sizeof(float), raised) != 0)
-            return -1;
+        if (ls::stage::smem_limit(staged_kernel<T, SBK, GSH>, STAGES_BYTES + SMEM_MAX, raised) != 0) return -1;
         const cudaError_t e =
             ls::pdl::launch(staged_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
         return e == cudaSuccess ? 0 : -1;

@@ -21,6 +21,10 @@ __device__ __forceinline__ void cp16(uint32_t dst, const void *src, int src_byte
 __device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes) {
     cp16((uint32_t)__cvta_generic_to_shared(dst), src, src_bytes);
 }
+/* 4 bytes global -> shared address dst (both 4-byte aligned), bytes past src_bytes zero-filled */
+__device__ __forceinline__ void cp4(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 __device__ __forceinline__ void cp_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
