@@ -795,6 +795,9 @@ int main(int argc, char **argv) {
                            {"mlxs", LS_TYPE_MLX_AFFINE, 8, 128, LS_TYPE_F16, 45, 640, 0, false}};
     g_sb_off[0] = 2, g_sb_off[1] = 4;
     for (const Case &c : sb_off) fails += !test_case(c, quick);
+    /* f32 scales 4 and 12 bytes off: 4-byte pieces with no offset below the span */
+    g_sb_off[0] = 4, g_sb_off[1] = 12;
+    fails += !test_case({"mlxs", LS_TYPE_MLX_AFFINE, 8, 32, LS_TYPE_F32, 29, 1344, 0, false}, quick);
     g_sb_off[0] = g_sb_off[1] = 0;
     fails += !test_group("q4_0", LS_TYPE_Q4_0, 0) + !test_group("q5_0", LS_TYPE_Q5_0, 0);
     fails += !test_group("q8_0", LS_TYPE_Q8_0, 0) + !test_group("q4_k", LS_TYPE_Q4_K, 0);
@@ -814,6 +817,6 @@ int main(int argc, char **argv) {
         printf("%s q8_k unsupported -> %d\n", rc == -1 ? "PASS" : "FAIL", rc);
         fails += rc != -1;
     }
-    printf("%s: %d of %zu cases failed\n", fails ? "FAIL" : "PASS", fails, cases.size() + 3);
+    printf("%s: %d of %zu cases failed\n", fails ? "FAIL" : "PASS", fails, cases.size() + 4);
     return fails ? 1 : 0;
 }

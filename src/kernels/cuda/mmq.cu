@@ -818,9 +818,11 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
             ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x + r0 * c.K, c.K, quads, xq, xm);
         const int pol = g_policy.load(std::memory_order_relaxed);
         if (narrow_pick(key, c, mr)) {
+            /* a refused narrow launch (shared memory past the device's limit) falls back to the
+             * kernels below (the same bits), except when a test forces it (policy 5) */
             float *yr = y + r0 * c.N;
-            if (ls::mmq::narrow_launch(st, &c, &yr, 1, key, xq, xm, mr) != 0) return -1;
-            continue;
+            if (ls::mmq::narrow_launch(st, &c, &yr, 1, key, xq, xm, mr) == 0) continue;
+            if (pol == 5) return -1;
         }
         if (pol == 4 || (pol == 0 && ls::mmq::use_mma(mr, c.N) && ls::mmq::use_tile(key, c.a16 != 0, mr, c.N))) {
             /* a refused block-tile launch (shared-memory attribute, grid) falls back to the warp
@@ -885,8 +887,11 @@ int launch_group(cudaStream_t st, int key, Group g, const float *x, int64_t M, v
             ls::pdl::launch(quant_x_kernel<T::IL, false>, (unsigned)qblocks, 256, 0, st, x, K, quads, xq, xm);
     }
     const int pol = g_policy.load(std::memory_order_relaxed);
-    if (narrow_pick(key, g.c[0], M)) /* and for every weight of the group (ls_cuda_mmq_groupable) */
-        return ls::mmq::narrow_launch(st, g.c, g.y, g.n, key, xq, xm, M);
+    if (narrow_pick(key, g.c[0], M)) { /* and for every weight of the group (ls_cuda_mmq_groupable) */
+        /* refused: the kernels below, as for one weight */
+        const int rc = ls::mmq::narrow_launch(st, g.c, g.y, g.n, key, xq, xm, M);
+        if (rc == 0 || pol == 5) return rc;
+    }
     if (pol == 3 || (pol == 0 && ls::mmq::use_small(key, M, g.c[0].N))) {
         /* use_small holds for every weight of the group (ls_cuda_mmq_groupable) */
         return ls::mmq::small_launch(st, g.c, g.y, g.n, key, xq, xm, M);

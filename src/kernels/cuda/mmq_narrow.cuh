@@ -60,26 +60,28 @@ struct SideRound {
  * round's 2-byte scale and bias loads touched 16 rows' lines each, as many L1 wavefronts as the
  * weights themselves for 128 bytes). The 16 rows' whole scale rows (rb bytes each) go to the
  * first region, their biases to the second, in one of two layouts:
- *   - rows SB_STRIDE apart, copied row by row in 16-byte pieces, when rb is a multiple of 16
- *     and both arrays are 16-byte aligned (the stride an odd number of pieces, so the 8 rows
- *     one load reads sit in distinct banks);
+ *   - rows sb_stride(rb) apart, copied row by row in 16-byte pieces, when rb is a multiple of
+ *     16 and both arrays are 16-byte aligned (the stride an odd number of pieces, so the 8
+ *     rows one load reads sit in distinct banks);
  *   - else the rows' one contiguous span, copied in 16-byte pieces (arrays 16-byte aligned) or
- *     4-byte ones from the 4-byte boundary below it (dl: the span's first byte, per array);
- *     rb not a multiple of 16 keeps 8 rows in distinct banks already. */
+ *     4-byte ones from the 4-byte boundary below it (dl: the span's first byte, per array;
+ *     the bytes below it share its aligned word and are never read back). Rows rb apart may
+ *     share banks here (2-way for rb = 42; more for unaligned arrays with rb a multiple of
+ *     128; the 31B's 168-byte rows: distinct): slower, the same values. */
 __host__ __device__ inline uint32_t sb_row_bytes(const Ctx &c) {
     return (uint32_t)c.ng * (c.sb_kind == 0 ? 4u : 2u);
 }
-__host__ __device__ inline uint32_t sb_stride(uint32_t rb) {
+__host__ __device__ constexpr uint32_t sb_stride(uint32_t rb) {
     return rb % 16 != 0 || (rb / 16) % 2 != 0 ? rb : rb + 16;
 }
 /* bytes of one region (either layout: the padded rows, or the span plus its 4-byte rounding) */
-__host__ __device__ inline uint32_t sb_region(uint32_t rb) {
+__host__ __device__ constexpr uint32_t sb_region(uint32_t rb) {
     return (ROWS * sb_stride(rb) + 16 + 15) & ~15u;
 }
-__host__ __device__ inline uint32_t sb_bytes(uint32_t rb) {
+__host__ __device__ constexpr uint32_t sb_bytes(uint32_t rb) {
     return 2 * sb_region(rb);
 }
-constexpr uint32_t SB_ROW_MAX = 4096; /* narrow_serves: at most 2 x 65,808 bytes staged */
+constexpr uint32_t SB_ROW_MAX = 4096; /* narrow_serves: at most sb_bytes(4096) bytes staged */
 
 struct SbGeom {
     uint32_t rb, S;   /* row bytes, row stride in the region */
@@ -268,8 +270,7 @@ struct NarrowGroup {
 };
 
 /* The staged scale bytes a group's blocks need: the most of its weights' (their scale kinds may
- * differ), and the dynamic shared memory a kernel may ask for besides its stages: scales at
- * SB_ROW_MAX and the partials of 4 k-warps (128 lanes) x 16 rows x 4 columns. */
+ * differ). */
 inline size_t sb_group_bytes(const NarrowGroup &g) {
     uint32_t m = 0;
     for (int i = 0; i < g.n; i++) {
@@ -278,7 +279,6 @@ inline size_t sb_group_bytes(const NarrowGroup &g) {
     }
     return m;
 }
-constexpr int SMEM_MAX = 2 * ((ROWS * (SB_ROW_MAX + 16) + 15) & ~15) + 128 * ROWS * MAXR * (int)sizeof(float);
 
 /* A block's weight, output and first row: blockIdx.x over the group's 16-row blocks. */
 __device__ __forceinline__ int64_t pick_block(const NarrowGroup &ng, Ctx &c, float *&y) {

@@ -176,10 +176,11 @@ struct Launch4 {
     static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
         using T = NMlx<4, SBK, GSH>;
         const size_t smem = (size_t)STAGES_BYTES + sb_group_bytes(g) + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
-        static std::atomic<unsigned> raised{0};
-        if (ls::stage::smem_limit(staged_kernel<T, SBK, GSH>, STAGES_BYTES + SMEM_MAX, raised) != 0) return -1;
+        static std::atomic<int> have[32];
+        if (ls::stage::smem_raise(staged_kernel<T, SBK, GSH>, (int)smem, have) != 0) return -1;
         const cudaError_t e =
             ls::pdl::launch(staged_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
+        if (e != cudaSuccess) (void)cudaGetLastError();
         return e == cudaSuccess ? 0 : -1;
     }
 };

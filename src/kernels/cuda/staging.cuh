@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <mutex>
 
 #include <cuda_runtime.h>
 
@@ -45,6 +46,34 @@ inline int smem_limit(K k, int bytes, std::atomic<unsigned> &raised) {
     if (dev < 32 && (raised.load(std::memory_order_relaxed) & (1u << dev))) return 0;
     if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) return -1;
     if (dev < 32) raised.fetch_or(1u << dev, std::memory_order_relaxed);
+    return 0;
+}
+
+/* Let kernel k launch with `bytes` of dynamic shared memory on the current device: nothing to do
+ * up to the default 48 KB; above it the attribute is raised to the largest size asked for so far
+ * (have[d]: device d's), under a lock so two threads cannot lower each other's setting. -1, with
+ * nothing set, when the device's per-block opt-in maximum is smaller (the caller falls back to
+ * another kernel): a call sizes its own need instead of raising every kernel to a worst case
+ * that a GPU with less shared memory would refuse outright. */
+template <class K>
+inline int smem_raise(K k, int bytes, std::atomic<int> (&have)[32]) {
+    if (bytes <= 48 * 1024) return 0;
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev >= 32) return -1;
+    if (have[dev].load(std::memory_order_acquire) >= bytes) return 0;
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lk(mu);
+    const int cur = have[dev].load(std::memory_order_relaxed);
+    if (cur >= bytes) return 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || bytes > optin) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    have[dev].store(bytes, std::memory_order_release);
     return 0;
 }
 
