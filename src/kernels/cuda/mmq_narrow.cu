@@ -130,7 +130,7 @@ __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restri
         const int64_t n = n0 + g + 8 * k < c.N ? n0 + g + 8 * k : c.N - 1;
         src.w[k] = (uint32_t)((uint64_t)n * c.row_bytes) + 4u * T::WPC * (uint32_t)t4;
     }
-    /* opaque from here on: kept in 6 registers, not recomputed from the parameters each round */
+    /* opaque from here on: kept in 7 registers, not recomputed from the parameters each round */
     asm volatile("" : "+r"(src.w[0]), "+r"(src.w[1]), "+r"(src.sb[0]), "+r"(src.sb[1]), "+r"(src.bo), "+r"(src.xb),
                  "+r"(src.xm));
     float la[LG][2];
@@ -178,14 +178,8 @@ __global__ void __launch_bounds__(32 * NW, 2)
 template <int SBK, int GSH>
 struct Launch8 {
     static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
-        using T = NMlx<8, SBK, GSH>;
-        const size_t smem = sb_group_bytes(g) + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
         static std::atomic<int> have[32];
-        if (ls::stage::smem_raise(narrow_kernel<T, SBK, GSH>, (int)smem, have) != 0) return -1;
-        const cudaError_t e =
-            ls::pdl::launch(narrow_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
-        if (e != cudaSuccess) (void)cudaGetLastError();
-        return e == cudaSuccess ? 0 : -1;
+        return launch_kernel(narrow_kernel<NMlx<8, SBK, GSH>, SBK, GSH>, have, 0, st, g, nb, xq, xm, nr);
     }
 };
 

@@ -14,11 +14,14 @@
 
 #include <stdint.h>
 
+#include <atomic>
+
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/mmq_frag.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/staging.cuh"
 
 namespace ls::narrow {
@@ -308,6 +311,20 @@ int launch_for(cudaStream_t st, const NarrowGroup &g, int64_t nb, bool bf16, con
 inline __host__ __device__ int lanes_of(const Ctx &c) {
     const int U = 32 * c.kw;
     return c.nch < U ? c.nch : U;
+}
+
+/* Launch kernel k (either narrow kernel, one (SBK, GSH) instance; have: its shared-memory
+ * setting per device) over nb blocks: `extra` bytes of shared memory besides the staged scales
+ * and the lanes' partials (the 4-bit kernel's stages). -1 when the device refuses the shared
+ * memory or the launch, the error cleared: the caller falls back to another kernel. */
+template <class K>
+int launch_kernel(K k, std::atomic<int> (&have)[32], size_t extra, cudaStream_t st, const NarrowGroup &g, int64_t nb,
+                  const int8_t *xq, const Meta *xm, int nr) {
+    const size_t smem = extra + sb_group_bytes(g) + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
+    if (ls::stage::smem_raise(k, (int)smem, have) != 0) return -1;
+    const cudaError_t e = ls::pdl::launch(k, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess ? 0 : -1;
 }
 
 /* mmq_narrow_staged.cu: the MLX 4-bit launch (scales bf16 in every weight: SBK 2, else 3). */

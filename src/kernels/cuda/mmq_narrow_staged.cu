@@ -1,6 +1,6 @@
 /* The narrow-call kernel for MLX affine 4-bit weights (mmq_narrow.cu picks it): the weights go
  * through warp-private shared-memory stages by cp.async, NS - 1 rounds in flight while the warp
- * folds one, no block barrier until the lanes' partials are joined. Folds, order and bits:
+ * folds one, no block barrier between the scales' copy and the join. Folds, order and bits:
  * mmq_narrow.cuh, the same as the 8-bit register-fed kernel and every other integer kernel.
  * docs/cuda.md section 2a.
  *
@@ -174,14 +174,8 @@ __global__ void __launch_bounds__(32 * NW, 16 / NW) /* 16 warps an SM as far as 
 template <int SBK, int GSH>
 struct Launch4 {
     static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
-        using T = NMlx<4, SBK, GSH>;
-        const size_t smem = (size_t)STAGES_BYTES + sb_group_bytes(g) + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
         static std::atomic<int> have[32];
-        if (ls::stage::smem_raise(staged_kernel<T, SBK, GSH>, (int)smem, have) != 0) return -1;
-        const cudaError_t e =
-            ls::pdl::launch(staged_kernel<T, SBK, GSH>, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
-        if (e != cudaSuccess) (void)cudaGetLastError();
-        return e == cudaSuccess ? 0 : -1;
+        return launch_kernel(staged_kernel<NMlx<4, SBK, GSH>, SBK, GSH>, have, STAGES_BYTES, st, g, nb, xq, xm, nr);
     }
 };
 
