@@ -316,10 +316,11 @@ inline __host__ __device__ int lanes_of(const Ctx &c) {
 /* Launch kernel k (either narrow kernel, one (SBK, GSH) instance; have: its shared-memory
  * setting per device) over nb blocks: `extra` bytes of shared memory besides the staged scales
  * and the lanes' partials (the 4-bit kernel's stages). -1 when the device refuses the shared
- * memory or the launch, the error cleared: the caller falls back to another kernel. */
+ * memory or the launch, the error cleared: the caller falls back to another kernel. Static:
+ * each file's copy stays its own (tests/check_symbols.sh). */
 template <class K>
-int launch_kernel(K k, std::atomic<int> (&have)[32], size_t extra, cudaStream_t st, const NarrowGroup &g, int64_t nb,
-                  const int8_t *xq, const Meta *xm, int nr) {
+static int launch_kernel(K k, std::atomic<int> (&have)[32], size_t extra, cudaStream_t st, const NarrowGroup &g,
+                         int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
     const size_t smem = extra + sb_group_bytes(g) + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
     if (ls::stage::smem_raise(k, (int)smem, have) != 0) return -1;
     const cudaError_t e = ls::pdl::launch(k, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
