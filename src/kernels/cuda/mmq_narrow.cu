@@ -34,66 +34,110 @@ namespace {
 using namespace ls::narrow;
 using ls::q::Ctx;
 
-/* One round's loads for this thread: the weight words of its rows g / g + 8 (k = 0 / 1) x LG
- * chunks (8-bit: the two plane words of mmq_frag.cuh, 8 bytes at 8 t4) besides SideRound's.
- * Raw words: a prefetched round costs registers, not stalls. */
+/* One round's loads for this thread, in pairs: the round's LG chunks as LG / 2 pairs of
+ * consecutive chunks, of which thread (g, t4) holds 16 bytes at byte 16 t4 of each 64-byte
+ * pair (chunk 2 p + t4 / 2 of the round, bytes 16 (t4 % 2) .. + 15): of weight rows g and
+ * g + 8 (q) and of its B column's plane (xp). Why: a warp's load then reads 64 contiguous
+ * bytes of each of 8 rows (4 activation rows' two planes: 128), twice the bytes per L1
+ * wavefront of one-chunk fragments (8 bytes a thread; ncu: L1/TEX 80% busy at 45% of DRAM,
+ * docs/benchmarks.md sixteenth run). fold() splits each pair over four half-masked products.
+ * The scale and bias words and the activation rows' metadata are SideRound's. */
 template <class T>
-struct Round : SideRound<T> {
+struct Round {
     static_assert(T::WPC == 2, "the register-fed kernel serves MLX 8-bit only (4-bit: mmq_narrow_staged.cu)");
-    uint2 q[2][LG];
+    uint32_t s[2][T::NG], b[2][T::NG];
+    float2 xm[LG];
+    uint4 xp[LG / 2];
+    uint4 q[2][LG / 2];
 };
 
-/* The weight offsets of rows g, g + 8 (clamped to real rows) plus this thread's word, as
- * SideSrc's: 32-bit, from c.w. */
+/* The weight offsets of rows g, g + 8 (clamped to real rows) plus this thread's 16 bytes of a
+ * pair, as SideSrc's: 32-bit, from c.w (xb: the pair piece of its B column, narrow_body). */
 struct Src : SideSrc {
     uint32_t w[2];
 };
 
-/* The weight loads of the round at chunk ci0, each row's chunks at immediate offsets from one
- * address; chunks past the row's end (ci0 + v >= nch, only in a lane group's last round) are
- * not loaded and never folded. */
+/* 16 weight bytes that bypass L1 (streamed once), so L1 keeps the activation blocks that the
+ * SM's other blocks re-read (31B verify block of 4: 12.8 ms, 13.0-13.1 through L1; H200,
+ * session 20) */
+__device__ __forceinline__ uint4 ldw(const uint8_t *p) {
+    uint4 o;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(o.x), "=r"(o.y), "=r"(o.z), "=r"(o.w)
+                 : "l"(p));
+    return o;
+}
+
+/* The weight and activation-plane loads of the round at chunk ci0 (th = t4 / 2: which chunk of
+ * a pair this thread holds). Pieces of chunks past the row's end (only in a lane group's last
+ * round) are zero, never loaded; a pair wholly past it is skipped (uniform). */
 template <class T, bool FULL>
-__device__ __forceinline__ void load_w(Round<T> &r, const Src &p, const Ctx &c, int ci0) {
+__device__ __forceinline__ void load_w(Round<T> &r, const Src &p, const Ctx &c, int ci0, int th) {
     const int left = FULL ? LG : c.nch - ci0;
 #pragma unroll
     for (int k = 0; k < 2; k++) {
         const uint8_t *a = c.w + (p.w[k] + (uint32_t)ci0 * (uint32_t)T::CB);
 #pragma unroll
-        for (int v = 0; v < LG; v++) {
-            if (v >= left) break;
-            r.q[k][v] = __ldg(reinterpret_cast<const uint2 *>(a + v * T::CB));
+        for (int q = 0; q < LG / 2; q++) {
+            if (2 * q >= left) break;
+            r.q[k][q] = FULL || 2 * q + th < left ? ldw(a + 2 * q * T::CB) : make_uint4(0, 0, 0, 0);
         }
     }
 }
-
-/* Fold round r (chunks ci0 + v, below nch) into the lanes' partials la[v][k]. */
-template <class T, int SBK, int GSH, bool FULL>
-__device__ __forceinline__ void fold(float (&la)[LG][2], const Round<T> &r, const Ctx &c, int ci0) {
+template <class T, bool FULL>
+__device__ __forceinline__ void load_xp(Round<T> &r, const Src &p, const Ctx &c, const int8_t *__restrict__ xq,
+                                        const Meta *__restrict__ xm, int ci0, int th) {
+    const int left = FULL ? LG : c.nch - ci0;
+    const int8_t *xb = xq + (p.xb + (uint32_t)ci0 * (uint32_t)ls::mmq::XB_BYTES);
+    const uint8_t *mb = reinterpret_cast<const uint8_t *>(xm) + (p.xm + (uint32_t)ci0 * (uint32_t)sizeof(Meta));
+#pragma unroll
+    for (int q = 0; q < LG / 2; q++) {
+        if (2 * q >= left) break;
+        r.xp[q] = FULL || 2 * q + th < left ? __ldg(reinterpret_cast<const uint4 *>(xb + 2 * q * ls::mmq::XB_BYTES))
+                                            : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
     for (int v = 0; v < LG; v++) {
-        if (!FULL && ci0 + v >= c.nch) break; /* uniform */
-        uint32_t lo[2], hi[2];
+        if (v >= left) break;
+        r.xm[v] = __ldg(reinterpret_cast<const float2 *>(mb + v * sizeof(Meta)));
+    }
+}
+
+/* Fold round r (chunks ci0 + v, below nch) into the lanes' partials la[v][k]. A pair's chunk
+ * 2 q + h is the sum over the threads with t4 / 2 == h: mh (all ones when t4 / 2 == 0, else
+ * zero) masks the others' B words, and the two products over a thread's 16 bytes (its words
+ * 0, 1 as k-slices 4 t4 and 16 + 4 t4, then words 2, 3) add exactly in int32. */
+template <class T, int SBK, int GSH, bool FULL>
+__device__ __forceinline__ void fold(float (&la)[LG][2], const Round<T> &r, const Ctx &c, int ci0, uint32_t mh) {
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
-            lo[k] = r.q[k][v].x;
-            hi[k] = r.q[k][v].y;
+    for (int q = 0; q < LG / 2; q++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int v = 2 * q + h;
+            if (!FULL && ci0 + v >= c.nch) break; /* uniform */
+            const uint32_t m = h ? ~mh : mh;
+            const uint4 &w0 = r.q[0][q], &w8 = r.q[1][q], &x = r.xp[q];
+            int cc[4];
+            ls::mmq::mma_k32<true>(cc, w0.x, w8.x, w0.y, w8.y, x.x & m, x.y & m);
+            ls::mmq::mma_k32u_acc(cc, w0.z, w8.z, w0.w, w8.w, x.z & m, x.w & m);
+            fold_sums<SBK, GSH>(la[v], cc, r, v, c);
         }
-        fold_chunk<T, SBK, GSH>(la[v], lo, hi, r, v, c);
     }
 }
 
 /* A round's loads: every chunk (a full round) or those before the row's end. */
 template <class T>
 __device__ __forceinline__ void load_round(Round<T> &r, const Src &src, const Ctx &c, const uint8_t *sbm,
-                                           const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int ci0) {
+                                           const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int ci0,
+                                           int th) {
     if (c.nch - ci0 >= LG) {
-        load_w<T, true>(r, src, c, ci0);
+        load_w<T, true>(r, src, c, ci0, th);
         load_sb<T, true>(r, src, c, sbm, ci0);
-        load_x<T, true>(r, src, c, xq, xm, ci0);
+        load_xp<T, true>(r, src, c, xq, xm, ci0, th);
     } else {
-        load_w<T, false>(r, src, c, ci0);
+        load_w<T, false>(r, src, c, ci0, th);
         load_sb<T, false>(r, src, c, sbm, ci0);
-        load_x<T, false>(r, src, c, xq, xm, ci0);
+        load_xp<T, false>(r, src, c, xq, xm, ci0, th);
     }
 }
 
@@ -106,9 +150,11 @@ __device__ __forceinline__ void walk_step(Pos &p, Round<T> &cur, Round<T> &nxt, 
                                           int nr, int g, int t4) {
     Pos q = p;
     next(q, U, c.nch);
-    if (q.u0 < nu) load_round<T>(nxt, src, c, sbm, xq, xm, q.ci0);
-    if (c.nch - p.ci0 >= LG) fold<T, SBK, GSH, true>(la, cur, c, p.ci0);
-    else fold<T, SBK, GSH, false>(la, cur, c, p.ci0);
+    const int th = t4 >> 1;
+    const uint32_t mh = th ? 0u : ~0u;
+    if (q.u0 < nu) load_round<T>(nxt, src, c, sbm, xq, xm, q.ci0, th);
+    if (c.nch - p.ci0 >= LG) fold<T, SBK, GSH, true>(la, cur, c, p.ci0, mh);
+    else fold<T, SBK, GSH, false>(la, cur, c, p.ci0, mh);
     finish_group(la, red, p, q, nu, nr, g, t4);
     p = q;
 }
@@ -128,8 +174,10 @@ __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restri
 #pragma unroll
     for (int k = 0; k < 2; k++) {
         const int64_t n = n0 + g + 8 * k < c.N ? n0 + g + 8 * k : c.N - 1;
-        src.w[k] = (uint32_t)((uint64_t)n * c.row_bytes) + 4u * T::WPC * (uint32_t)t4;
+        src.w[k] = (uint32_t)((uint64_t)n * c.row_bytes) + 16u * (uint32_t)t4;
     }
+    /* the B column's pair piece: chunk t4 / 2 of the pair, bytes 16 (t4 % 2) of its plane */
+    src.xb += (uint32_t)((t4 >> 1) * ls::mmq::XB_BYTES + 16 * (t4 & 1) - 8 * t4);
     /* opaque from here on: kept in 7 registers, not recomputed from the parameters each round */
     asm volatile("" : "+r"(src.w[0]), "+r"(src.w[1]), "+r"(src.sb[0]), "+r"(src.sb[1]), "+r"(src.bo), "+r"(src.xb),
                  "+r"(src.xm));
@@ -139,8 +187,8 @@ __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restri
     Round<T> ra, rb;
     Pos p{LG * warp, LG * warp};
     if (p.u0 < nu) { /* weights are never written by a step: before the wait */
-        if (nch - p.ci0 >= LG) load_w<T, true>(ra, src, c, p.ci0);
-        else load_w<T, false>(ra, src, c, p.ci0);
+        if (nch - p.ci0 >= LG) load_w<T, true>(ra, src, c, p.ci0, t4 >> 1);
+        else load_w<T, false>(ra, src, c, p.ci0, t4 >> 1);
     }
     ls::pdl::enter();
     ls::stage::cp_wait<0>(); /* this thread's scale copies */
@@ -148,10 +196,10 @@ __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restri
     if (p.u0 < nu) {
         if (nch - p.ci0 >= LG) {
             load_sb<T, true>(ra, src, c, sbm, p.ci0);
-            load_x<T, true>(ra, src, c, xq, xm, p.ci0);
+            load_xp<T, true>(ra, src, c, xq, xm, p.ci0, t4 >> 1);
         } else {
             load_sb<T, false>(ra, src, c, sbm, p.ci0);
-            load_x<T, false>(ra, src, c, xq, xm, p.ci0);
+            load_xp<T, false>(ra, src, c, xq, xm, p.ci0, t4 >> 1);
         }
     }
     /* two steps an iteration, the rounds' registers swapping roles: no copies */
@@ -164,9 +212,11 @@ __device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restri
     join_lanes(red, c, y, n0, nu, nr);
 }
 
-/* Each warp holds two rounds in registers (112-142 of them): 2-4 blocks an SM. */
+/* Each warp holds two rounds in registers: 4 blocks an SM at <= 128 registers for groups of
+ * 64 or more (116-127, no spills; a 31B verify block of 4: 13.3-13.5 ms at 3 blocks an SM with
+ * 139 registers, 13.0-13.1 at 4, H200 session 20); groups of 32 keep 2 (they spill at 128). */
 template <class T, int SBK, int GSH>
-__global__ void __launch_bounds__(32 * NW, 2)
+__global__ void __launch_bounds__(32 * NW, GSH >= 1 ? 4 : 2)
     narrow_kernel(const NarrowGroup ng, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int nr) {
     extern __shared__ __align__(16) uint8_t smem[];
     Ctx c;

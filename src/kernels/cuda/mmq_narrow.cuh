@@ -164,9 +164,8 @@ __device__ __forceinline__ SideSrc side_src(const Ctx &c, int64_t n0, int nr, in
 /* The scale and bias loads of the round at chunk ci0 from the staged rows at sbm (shared
  * memory, complete: stage_sb's group waited for and the block synchronized); chunks past the
  * row's end are not loaded. */
-template <class T, bool FULL>
-__device__ __forceinline__ void load_sb(SideRound<T> &r, const SideSrc &p, const Ctx &c, const uint8_t *sbm,
-                                        int ci0) {
+template <class T, bool FULL, class R>
+__device__ __forceinline__ void load_sb(R &r, const SideSrc &p, const Ctx &c, const uint8_t *sbm, int ci0) {
     const int left = FULL ? LG : c.nch - ci0;
     const int kind = T::SB == 3 ? c.sb_kind : T::SB;
     const uint32_t go = (uint32_t)(ci0 >> T::GS) * (kind == 0 ? 4u : 2u);
@@ -203,14 +202,12 @@ __device__ __forceinline__ float sb_float(uint32_t v, const Ctx &c) {
     return k == 0 ? __uint_as_float(v) : k == 1 ? ls::q::f16f(v) : ls::q::bf16f(v);
 }
 
-/* Fold chunk v of a round, given this thread's plane words of rows g / g + 8 (lo, hi), into
- * the lanes' partials la[k] (output row g + 8 k, activation row t4): mmq_small.cu fold1's
- * paired-plane expressions for MLX. */
-template <class T, int SBK, int GSH>
-__device__ __forceinline__ void fold_chunk(float (&la)[2], const uint32_t (&lo)[2], const uint32_t (&hi)[2],
-                                           const SideRound<T> &r, int v, const Ctx &c) {
-    int cc[4];
-    ls::mmq::mma_k32<true>(cc, lo[0], lo[1], hi[0], hi[1], r.xb[v].x, r.xb[v].y);
+/* Fold chunk v of a round, given its exact sums cc (an m16n8k32 C fragment: hi and lo plane
+ * sums of activation row t4 against rows g, g + 8), into the lanes' partials la[k] (output row
+ * g + 8 k, activation row t4): mmq_small.cu fold1's paired-plane expressions for MLX. R: a
+ * round's registers (the scale and bias words s, b and the activation metadata xm). */
+template <int SBK, int GSH, class R>
+__device__ __forceinline__ void fold_sums(float (&la)[2], const int (&cc)[4], const R &r, int v, const Ctx &c) {
     const int j = GSH >= 2 ? 0 : v >> GSH;
 #pragma unroll
     for (int k = 0; k < 2; k++) {
@@ -219,6 +216,15 @@ __device__ __forceinline__ void fold_chunk(float (&la)[2], const uint32_t (&lo)[
         const float acc = fmaf(a * r.xm[v].x, (float)S, la[k]);
         la[k] = fmaf(b, r.xm[v].y, acc);
     }
+}
+/* The same, the sums formed from this thread's plane words of rows g / g + 8 (lo, hi) and its
+ * B fragment of chunk v (one product: the staged 4-bit kernel's fragments). */
+template <class T, int SBK, int GSH>
+__device__ __forceinline__ void fold_chunk(float (&la)[2], const uint32_t (&lo)[2], const uint32_t (&hi)[2],
+                                           const SideRound<T> &r, int v, const Ctx &c) {
+    int cc[4];
+    ls::mmq::mma_k32<true>(cc, lo[0], lo[1], hi[0], hi[1], r.xb[v].x, r.xb[v].y);
+    fold_sums<SBK, GSH>(la, cc, r, v, c);
 }
 
 /* A warp's walk: lane group u0 (its first lane), round chunk ci0 = u0 + r U. */
