@@ -5,7 +5,8 @@
  * (fold_block: the two tile kernels run this one definition). The K order inside
  * a 32-element block: thread t4 = lane & 3 holds the block's plane words 2 t4 and 2 t4 + 1
  * (8 consecutive plane bytes) as its k-slices 4 t4 and 16 + 4 t4, for the weight codes (A)
- * and the activation planes (B) alike; any common permutation gives the same exact sum.
+ * and the activation planes (B) alike; any common permutation gives the same exact sum (the
+ * narrow 8-bit kernel's pairs split a block differently: mmq_narrow.cu Round).
  * docs/cuda.md section 2a. */
 #ifndef LS_KERNELS_CUDA_MMQ_FRAG_CUH
 #define LS_KERNELS_CUDA_MMQ_FRAG_CUH

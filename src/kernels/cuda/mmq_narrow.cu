@@ -41,7 +41,8 @@ using ls::q::Ctx;
  * bytes of each of 8 rows (4 activation rows' two planes: 128), twice the bytes per L1
  * wavefront of one-chunk fragments (8 bytes a thread; ncu: L1/TEX 80% busy at 45% of DRAM,
  * docs/benchmarks.md sixteenth run). fold() splits each pair over four half-masked products.
- * The scale and bias words and the activation rows' metadata are SideRound's. */
+ * Besides: the scale and bias words of rows g / g + 8 and activation row t4's dx and X a chunk
+ * (s, b, xm: the fields SideRound has, read by load_sb and fold_sums). */
 template <class T>
 struct Round {
     static_assert(T::WPC == 2, "the register-fed kernel serves MLX 8-bit only (4-bit: mmq_narrow_staged.cu)");

@@ -38,9 +38,10 @@ constexpr int MAXR = 4;  /* activation rows: both planes of each fill the n8 til
 
 /* MLX affine BITS-bit rows (4 or 8), scales and biases stored as SBK (0 f32, 1 f16, 2 bf16;
  * 3: c.sb_kind at run time), group = 32 << GSH elements. A thread's share of a chunk (32
- * codes of one row): WPC words at byte 4 WPC t4, the plane words 2 t4, 2 t4 + 1 of mmq_frag.cuh
- * (MLX 4-bit: nibbles of elements 8 t4 .. 8 t4 + 7, which the activations store in that
- * order: QMlx4::IL). A round's LG chunks start at a multiple of LG, so they span NG groups. */
+ * codes of one row) in the staged 4-bit kernel: its word at byte 4 t4 (nibbles of elements
+ * 8 t4 .. 8 t4 + 7, the plane words 2 t4, 2 t4 + 1 of mmq_frag.cuh, which the activations store
+ * in that order: QMlx4::IL); the 8-bit kernel's: mmq_narrow.cu Round (pairs). A round's LG
+ * chunks start at a multiple of LG, so they span NG groups. */
 template <int BITS, int SBK, int GSH>
 struct NMlx {
     static constexpr int WPC = BITS / 4;
@@ -142,7 +143,7 @@ __device__ __forceinline__ void stage_sb(uint32_t dst, const Ctx &c, int64_t n0)
 struct SideSrc {
     uint32_t sb[2]; /* the staged scales of rows g, g + 8 (clamped to the block's real rows) */
     uint32_t bo;    /* the biases: sb + bo */
-    uint32_t xb;    /* its B column's plane words of block 0 */
+    uint32_t xb;    /* its B column's plane words of block 0 (8-bit: moved to its pair piece) */
     uint32_t xm;    /* activation row t4's (clamped) metadata of block 0, bytes */
 };
 
