@@ -268,6 +268,9 @@ int narrow_launch(cudaStream_t st, const Ctx *c, float *const *y, int n, int key
     }
     if (nb > 0x7fffffff) return -1;
     const int nr = (int)M;
+#ifndef LS_NARROW_LEGACY /* compile-time switch back to session 20's kernels, for measuring */
+    if (ls::narrow::bulk_launch(st, g, nb, key == 108 ? 8 : 4, bf16, xq, xm, nr) == 0) return 0;
+#endif
     if (key == 104) return ls::narrow::staged_launch(st, g, nb, bf16, xq, xm, nr);
     return launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr);
 }

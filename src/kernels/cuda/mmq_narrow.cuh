@@ -338,5 +338,9 @@ static int launch_kernel(K k, std::atomic<int> (&have)[32], size_t extra, cudaSt
 /* mmq_narrow_staged.cu: the MLX 4-bit launch (scales bf16 in every weight: SBK 2, else 3). */
 int staged_launch(cudaStream_t st, const NarrowGroup &g, int64_t nb, bool bf16, const int8_t *xq, const Meta *xm,
                   int nr);
+/* mmq_narrow_bulk.cu: either width fed by bulk copies (sm_90); -1 where the device or the
+ * activations' alignment does not allow them (the caller takes the kernels above). */
+int bulk_launch(cudaStream_t st, const NarrowGroup &g, int64_t nb, int bits, bool bf16, const int8_t *xq,
+                const Meta *xm, int nr);
 
 } // namespace ls::narrow

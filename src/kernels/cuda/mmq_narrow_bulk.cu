@@ -1,0 +1,436 @@
+/* The narrow-call kernel for MLX affine 4/8-bit weights fed by bulk copies (sm_90): each warp
+ * keeps NS rounds of its 16 rows' weights AND of the activation blocks in flight in a private
+ * ring of shared-memory stages, each stage filled by one cp.async.bulk per row span and
+ * completed on its own mbarrier. Folds, walk, join and bits: mmq_narrow.cuh, the same as the
+ * register-fed 8-bit kernel (mmq_narrow.cu) and the cp.async-staged 4-bit one
+ * (mmq_narrow_staged.cu), and as every other integer kernel (mmq_common.cuh). docs/cuda.md
+ * section 2a.
+ *
+ * Why: ncu of the register-fed kernel (session 20) found the one-wave 5376 x 21504 down
+ * projection latency-bound at 10 warps an SM, each with one round (2 KB of weights) in flight,
+ * and the activation blocks (215 KB for 4 rows of a 21504-wide row, past L1) costing as much
+ * as a second round trip; two rounds in registers needed 154-192 registers. A bulk copy costs
+ * one instruction per span and no registers, so NS rounds of both sides fit in a ring. */
+#include <stdint.h>
+
+#include <atomic>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/bulk.cuh"
+#include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/mmq_common.cuh"
+#include "kernels/cuda/mmq_narrow.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/staging.cuh"
+
+namespace {
+
+using namespace ls::narrow;
+using ls::q::Ctx;
+
+#ifndef LS_BULK_NS
+#define LS_BULK_NS 3
+#endif
+constexpr int NS = LS_BULK_NS; /* stages a warp: NS - 1 rounds in flight while it folds one */
+
+/* A stage holds one round, as three tensor-map boxes: the weights (16 rows x the round's LG
+ * chunks, WB bytes a row, swizzled by the copy engine: 128-byte rows for 8-bit, 64-byte for
+ * 4-bit), the activation blocks (MAXR rows x LG blocks of 64 bytes) and their Meta (MAXR rows
+ * x LG x 16 bytes). Rows past N or nr and chunks past the row's end arrive as zeros. */
+template <int BITS>
+struct BStage {
+    static constexpr int CB = 4 * BITS; /* bytes per chunk and row */
+    static constexpr int WB = LG * CB;  /* weight box row: 128 (8-bit) or 64 (4-bit) */
+    static constexpr int W = ROWS * WB, X = MAXR * LG * 64, M = MAXR * LG * 16;
+    static constexpr uint32_t BYTES = W + X + M;
+};
+/* Shared memory of a block, from a 1024-byte aligned base (the 128-byte swizzle's period):
+ * the warps' weight stages, activation stages, Meta stages, barriers (NS a warp); then the
+ * staged scales and biases and the lanes' partials. */
+template <int BITS>
+__host__ __device__ constexpr int rings_bytes() {
+    return NW * NS * (BStage<BITS>::W + BStage<BITS>::X + BStage<BITS>::M) + ((NW * NS * 8 + 15) & ~15);
+}
+constexpr int ALIGN_SLACK = 1024;
+
+/* The kernel's tensor maps: each weight of the group, the activation blocks, their Meta. */
+struct TMaps { /* CUtensorMap: 64-byte aligned itself */
+    CUtensorMap w[GMAX], x, m;
+};
+
+/* Fragment row g (0..7) of the m16 tile reads stage row sr(g) (and sr(g) + 8): the weight
+ * row n0 + sr(g). 8-bit: with 128-byte rows swizzled by row % 8, the two rows a quarter warp's
+ * 16-byte loads read (g = 2i, 2i + 1) must differ in bit 2 to land in distinct banks; 4-bit
+ * (64-byte rows, 4-byte loads of 8 rows) needs no permutation. */
+template <int BITS>
+__device__ __forceinline__ int sr_of(int g) {
+    return BITS == 8 ? (g >> 1) | ((g & 1) << 2) : g;
+}
+
+/* Thread (g, t4)'s offsets within its warp's stages. aw: 8-bit, its 16 bytes of pair 0 of
+ * stage row sr (pair 1: aw ^ 64; row sr + 8: + 8 WB); 4-bit, its word of chunk 0 (chunk v:
+ * aw ^ 16 v). ax: its B column's piece of chunk 0 (activation row g / 2, plane g % 2; 8-bit:
+ * the pair piece, chunk t4 / 2, bytes 16 (t4 % 2); pair 1: + 128; 4-bit: chunk v + 64 v).
+ * am: activation row t4's Meta of chunk 0. */
+struct Lds {
+    uint32_t aw, ax, am;
+};
+template <int BITS>
+__device__ __forceinline__ Lds lds_of(int nr, int g, int t4) {
+    Lds o;
+    const int sr = sr_of<BITS>(g), gr = (g >> 1) < nr ? g >> 1 : nr - 1, mr = t4 < nr ? t4 : nr - 1;
+    if (BITS == 8) { /* 128-byte swizzle: 16-byte piece c of row r at slot c ^ (r % 8) */
+        o.aw = (uint32_t)(sr * 128 + 16 * (t4 ^ (sr & 3)) + 64 * (sr >> 2));
+        o.ax = (uint32_t)(gr * LG * 64 + (t4 >> 1) * 64 + (g & 1) * 32 + 16 * (t4 & 1));
+    } else { /* 64-byte swizzle: piece c of row r at slot c ^ ((r / 2) % 4) */
+        o.aw = (uint32_t)(sr * 64 + 16 * ((sr >> 1) & 3) + 4 * t4);
+        o.ax = (uint32_t)(gr * LG * 64 + (g & 1) * 32 + 8 * t4);
+    }
+    o.am = (uint32_t)(mr * LG * 16);
+    return o;
+}
+
+__device__ __forceinline__ uint4 lds16(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint2 lds8(uint32_t a) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t lds4(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+
+/* A round in registers, read from its stage: 8-bit as mmq_narrow.cu's Round (pairs), 4-bit
+ * the words of rows g, g + 8 per chunk; both with SideRound's scale, bias and Meta fields. */
+template <class T>
+struct BRound {
+    uint32_t s[2][T::NG], b[2][T::NG];
+    float2 xm[LG];
+    uint4 q[2][LG / 2]; /* 8-bit: pair pieces of rows g, g + 8 */
+    uint4 xp[LG / 2];   /* 8-bit: B pair pieces */
+    uint32_t w4[2][LG]; /* 4-bit: words of rows g, g + 8 */
+    uint2 xb[LG];       /* 4-bit: B words */
+};
+
+/* Where a warp's stage s lives (shared addresses). */
+struct Ring {
+    uint32_t w, x, m, bar;
+};
+template <int BITS>
+__device__ __forceinline__ Ring ring_of(uint32_t base, int warp, int s) {
+    using S = BStage<BITS>;
+    const int i = warp * NS + s;
+    Ring r;
+    r.w = base + (uint32_t)(i * S::W);
+    r.x = base + (uint32_t)(NW * NS * S::W + i * S::X);
+    r.m = base + (uint32_t)(NW * NS * (S::W + S::X) + i * S::M);
+    r.bar = base + (uint32_t)(NW * NS * (S::W + S::X + S::M) + 8 * i);
+    return r;
+}
+
+/* The round at chunk ci0 into stage r, by lane 0: its bytes announced, then the weight box
+ * (rows n0.., never written by a step: may run before the grid dependency wait) and / or the
+ * activation boxes (after it). */
+template <int BITS>
+__device__ __forceinline__ void issue(const Ring &r, const TMaps &tm, int wi, int64_t n0, int ci0, bool w, bool x) {
+    using S = BStage<BITS>;
+    if (w) {
+        ls::bulk::expect(r.bar, S::BYTES);
+        ls::bulk::copy2d(r.w, &tm.w[wi], ci0 * S::CB, (int)n0, r.bar);
+    }
+    if (x) {
+        ls::bulk::copy2d(r.x, &tm.x, ci0 * ls::mmq::XB_BYTES, 0, r.bar);
+        ls::bulk::copy2d(r.m, &tm.m, ci0 * 16, 0, r.bar);
+    }
+}
+
+template <class T, bool FULL>
+__device__ __forceinline__ void read_stage(BRound<T> &r, const Ring &st, const Lds &o, const Ctx &c, int ci0) {
+    const int left = FULL ? LG : c.nch - ci0;
+    if constexpr (T::WPC == 2) {
+#pragma unroll
+        for (int q = 0; q < LG / 2; q++) {
+            if (2 * q >= left) break;
+#pragma unroll
+            for (int k = 0; k < 2; k++) r.q[k][q] = lds16(st.w + ((o.aw ^ (uint32_t)(64 * q)) + (uint32_t)(k * 8 * 128)));
+            r.xp[q] = lds16(st.x + o.ax + (uint32_t)(128 * q));
+        }
+    } else {
+#pragma unroll
+        for (int v = 0; v < LG; v++) {
+            if (v >= left) break;
+#pragma unroll
+            for (int k = 0; k < 2; k++) r.w4[k][v] = lds4(st.w + ((o.aw ^ (uint32_t)(16 * v)) + (uint32_t)(k * 8 * 64)));
+            r.xb[v] = lds8(st.x + o.ax + (uint32_t)(64 * v));
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < LG; v++) {
+        if (v >= left) break;
+        const uint2 m = lds8(st.m + o.am + (uint32_t)(16 * v));
+        r.xm[v] = make_float2(__uint_as_float(m.x), __uint_as_float(m.y));
+    }
+}
+
+/* Fold a round (chunks ci0 + v, below nch) into the lanes' partials la[v][k]: 8-bit as
+ * mmq_narrow.cu fold (a pair's chunk 2 q + h summed by the threads with t4 / 2 == h, the
+ * others' B words masked), 4-bit as mmq_narrow_staged.cu fold (nibbles split into planes). */
+template <class T, int SBK, int GSH, bool FULL>
+__device__ __forceinline__ void fold(float (&la)[LG][2], const BRound<T> &r, const Ctx &c, int ci0, uint32_t mh) {
+#pragma unroll
+    for (int v = 0; v < LG; v++) {
+        if (!FULL && ci0 + v >= c.nch) break; /* uniform */
+        int cc[4];
+        if constexpr (T::WPC == 2) {
+            const int q = v >> 1;
+            const uint32_t m = (v & 1) ? ~mh : mh;
+            const uint4 &w0 = r.q[0][q], &w8 = r.q[1][q], &x = r.xp[q];
+            ls::mmq::mma_k32<true>(cc, w0.x, w8.x, w0.y, w8.y, x.x & m, x.y & m);
+            ls::mmq::mma_k32u_acc(cc, w0.z, w8.z, w0.w, w8.w, x.z & m, x.w & m);
+        } else {
+            uint32_t lo[2], hi[2];
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                lo[k] = r.w4[k][v] & 0x0f0f0f0fu;
+                hi[k] = (r.w4[k][v] >> 4) & 0x0f0f0f0fu;
+            }
+            ls::mmq::mma_k32<true>(cc, lo[0], lo[1], hi[0], hi[1], r.xb[v].x, r.xb[v].y);
+        }
+        fold_sums<SBK, GSH>(la[v], cc, r, v, c);
+    }
+}
+
+/* mmq_narrow.cuh finish_group with this thread's outputs in rows sr, sr + 8. */
+__device__ __forceinline__ void finish_rows(float (&la)[LG][2], float *red, const Pos &p, const Pos &q, int nu,
+                                            int nr, int sr, int t4) {
+    if (q.u0 == p.u0) return;
+#pragma unroll
+    for (int v = 0; v < LG; v++) {
+        const int u = p.u0 + v;
+        if (u < nu && t4 < nr) {
+            red[(u * ROWS + sr) * nr + t4] = la[v][0];
+            red[(u * ROWS + sr + 8) * nr + t4] = la[v][1];
+        }
+        la[v][0] = la[v][1] = 0.0f;
+    }
+}
+
+template <class T, int SBK, int GSH>
+__device__ __forceinline__ void bulk_body(const TMaps &tm, int wi, const Ctx &c, float *__restrict__ y, int64_t n0,
+                                          int nr, uint8_t *smem_raw) {
+    constexpr int BITS = T::WPC * 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t4 = lane & 3, sr = sr_of<BITS>(g);
+    const int nch = c.nch, U = 32 * c.kw, nu = lanes_of(c);
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t base = (raw + (ALIGN_SLACK - 1)) & ~(uint32_t)(ALIGN_SLACK - 1);
+    uint8_t *smem = smem_raw + (base - raw);
+    const uint8_t *sbm = smem + rings_bytes<BITS>();
+    float *red = reinterpret_cast<float *>(smem + rings_bytes<BITS>() + sb_bytes(sb_row_bytes(c)));
+    stage_sb(base + (uint32_t)rings_bytes<BITS>(), c, n0);
+    if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < NS; s++) ls::bulk::bar_init(ring_of<BITS>(base, warp, s).bar, 1);
+        ls::bulk::fence_init();
+    }
+    __syncwarp();
+    /* the scales of stage rows sr, sr + 8 (mmq_narrow.cuh side_src, which takes fragment row g) */
+    SideSrc src = side_src(c, n0, nr, g, t4);
+    {
+        const SbGeom q = sb_geom(c, n0);
+        const int last = (int)(c.N - n0 < ROWS ? c.N - n0 : ROWS) - 1;
+#pragma unroll
+        for (int k = 0; k < 2; k++) src.sb[k] = q.dl[0] + (uint32_t)(sr + 8 * k <= last ? sr + 8 * k : last) * q.S;
+    }
+    const Lds o = lds_of<BITS>(nr, g, t4);
+    float la[LG][2];
+#pragma unroll
+    for (int v = 0; v < LG; v++) la[v][0] = la[v][1] = 0.0f;
+    Pos p{LG * warp, LG * warp}, cp = p;
+    /* the first NS rounds' weights before the wait, their activations after it */
+    if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (cp.u0 < nu) issue<BITS>(ring_of<BITS>(base, warp, s), tm, wi, n0, cp.ci0, true, false);
+            if (cp.u0 < nu) next(cp, U, nch);
+        }
+    }
+    ls::pdl::enter();
+    if (lane == 0) {
+        Pos ap = p;
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (ap.u0 < nu) issue<BITS>(ring_of<BITS>(base, warp, s), tm, wi, n0, ap.ci0, false, true);
+            if (ap.u0 < nu) next(ap, U, nch);
+        }
+    }
+    cp = p;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+        if (cp.u0 < nu) next(cp, U, nch);
+    ls::stage::cp_wait<0>(); /* this thread's scale copies */
+    __syncthreads();         /* and every thread's */
+    const uint32_t mh = (t4 >> 1) ? 0u : ~0u;
+    int s = 0;
+    uint32_t ph = 0;
+    while (p.u0 < nu) {
+        const Ring st = ring_of<BITS>(base, warp, s);
+        ls::bulk::wait(st.bar, ph);
+        BRound<T> r;
+        const bool full = nch - p.ci0 >= LG;
+        if (full) {
+            read_stage<T, true>(r, st, o, c, p.ci0);
+            load_sb<T, true>(r, src, c, sbm, p.ci0);
+        } else {
+            read_stage<T, false>(r, st, o, c, p.ci0);
+            load_sb<T, false>(r, src, c, sbm, p.ci0);
+        }
+        /* the stage is free once every lane's reads are done: refill it NS rounds ahead */
+        ls::bulk::fence_reads();
+        __syncwarp();
+        if (cp.u0 < nu) {
+            if (lane == 0) issue<BITS>(st, tm, wi, n0, cp.ci0, true, true);
+            next(cp, U, nch);
+        }
+        if (full) fold<T, SBK, GSH, true>(la, r, c, p.ci0, mh);
+        else fold<T, SBK, GSH, false>(la, r, c, p.ci0, mh);
+        Pos q = p;
+        next(q, U, nch);
+        finish_rows(la, red, p, q, nu, nr, sr, t4);
+        p = q;
+        if (++s == NS) {
+            s = 0;
+            ph ^= 1u;
+        }
+    }
+    __syncthreads();
+    join_lanes(red, c, y, n0, nu, nr);
+}
+
+template <class T, int SBK, int GSH>
+__global__ void __launch_bounds__(32 * NW, 4)
+    bulk_kernel(const __grid_constant__ TMaps tm, const NarrowGroup ng, int nr) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    int64_t yb = blockIdx.x;
+    int wi = 0;
+    if (ng.n > 1 && yb >= ng.nb[0]) {
+        yb -= ng.nb[0];
+        wi = 1;
+        if (ng.n > 2 && yb >= ng.nb[1]) {
+            yb -= ng.nb[1];
+            wi = 2;
+        }
+    }
+    bulk_body<T, SBK, GSH>(tm, wi, ng.c[wi], ng.y[wi], yb * ROWS, nr, smem); /* calls ls::pdl::enter() */
+}
+
+/* cuTensorMapEncodeTiled from the driver, looked up once (no link against libcuda). */
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+    static std::atomic<PFN_cuTensorMapEncodeTiled_v12000> fn{nullptr};
+    static std::atomic<int> tried{0};
+    PFN_cuTensorMapEncodeTiled_v12000 f = fn.load(std::memory_order_acquire);
+    if (f || tried.load(std::memory_order_acquire)) return f;
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        p = nullptr;
+    (void)cudaGetLastError();
+    f = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    fn.store(f, std::memory_order_release);
+    tried.store(1, std::memory_order_release);
+    return f;
+}
+
+/* A 2-D byte tensor of `rows` rows of `cols` bytes, `stride` apart, read in boxes of bx x by. */
+bool encode(CUtensorMap *m, const void *p, uint64_t cols, uint64_t rows, uint64_t stride, uint32_t bx, uint32_t by,
+            CUtensorMapSwizzle sw) {
+    const PFN_cuTensorMapEncodeTiled_v12000 f = encoder();
+    if (!f) return false;
+    const cuuint64_t dim[2] = {cols, rows}, str[1] = {stride};
+    const cuuint32_t box[2] = {bx, by}, es[2] = {1, 1};
+    return f(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(p), dim, str, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int BITS>
+bool maps_of(TMaps &tm, const NarrowGroup &g, const int8_t *xq, const ls::mmq::Meta *xm, int nr) {
+    using S = BStage<BITS>;
+    const CUtensorMapSwizzle sw = BITS == 8 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+    for (int i = 0; i < g.n; i++)
+        if (!encode(&tm.w[i], g.c[i].w, g.c[i].row_bytes, (uint64_t)g.c[i].N, g.c[i].row_bytes, S::WB, ROWS, sw))
+            return false;
+    const uint64_t nbk = (uint64_t)(g.c[0].K / ls::mmq::QB);
+    return encode(&tm.x, xq, nbk * ls::mmq::XB_BYTES, (uint64_t)nr, nbk * ls::mmq::XB_BYTES, LG * ls::mmq::XB_BYTES,
+                  MAXR, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+           encode(&tm.m, xm, nbk * 16, (uint64_t)nr, nbk * 16, LG * 16, MAXR, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+template <int BITS, int SBK, int GSH>
+int run_bits(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm, int nr) {
+    static std::atomic<int> have[32];
+    TMaps tm;
+    if (!maps_of<BITS>(tm, g, xq, xm, nr)) return -1;
+    const auto k = bulk_kernel<NMlx<BITS, SBK, GSH>, SBK, GSH>;
+    const size_t smem = ALIGN_SLACK + rings_bytes<BITS>() + sb_group_bytes(g) +
+                        (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
+    if (ls::stage::smem_raise(k, (int)smem, have) != 0) return -1;
+    const cudaError_t e = ls::pdl::launch(k, dim3((unsigned)nb), 32 * NW, smem, st, tm, g, nr);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess ? 0 : -1;
+}
+template <int SBK, int GSH>
+struct LaunchB8 {
+    static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm,
+                   int nr) {
+        return run_bits<8, SBK, GSH>(st, g, nb, xq, xm, nr);
+    }
+};
+template <int SBK, int GSH>
+struct LaunchB4 {
+    static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm,
+                   int nr) {
+        return run_bits<4, SBK, GSH>(st, g, nb, xq, xm, nr);
+    }
+};
+
+/* Whether device d runs bulk copies, asked once a device (0 unknown, 1 yes, 2 no). */
+std::atomic<int> bulk_dev[32];
+
+bool bulk_ok() {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev >= 32) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    int v = bulk_dev[dev].load(std::memory_order_relaxed);
+    if (v == 0) {
+        v = ls::bulk::device_ok() ? 1 : 2;
+        bulk_dev[dev].store(v, std::memory_order_relaxed);
+    }
+    return v == 1;
+}
+
+} // namespace
+
+namespace ls::narrow {
+
+int bulk_launch(cudaStream_t st, const NarrowGroup &g, int64_t nb, int bits, bool bf16, const int8_t *xq,
+                const ls::mmq::Meta *xm, int nr) {
+    /* tensor maps need 16-byte aligned bases and row strides: the weights (narrow_serves: a16)
+     * and the activation blocks and their Meta (the scratch's layout; checked, not assumed) */
+    if (((reinterpret_cast<uintptr_t>(xq) | reinterpret_cast<uintptr_t>(xm)) & 15u) != 0 || !bulk_ok()) return -1;
+    return bits == 8 ? launch_for<LaunchB8>(st, g, nb, bf16, xq, xm, nr)
+                     : launch_for<LaunchB4>(st, g, nb, bf16, xq, xm, nr);
+}
+
+} // namespace ls::narrow
