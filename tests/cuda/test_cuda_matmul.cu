@@ -320,9 +320,9 @@ bool test_case(const Case &c, bool quick) {
             if (!run_mm(W, dx, M, dy, y, "small")) ok = false;
             else cmp_rows(y, M, 0, "small-M tensor-core kernel");
         }
-        /* the narrow-call kernels (mmq_narrow.cu: 8-bit, mmq_narrow_staged.cu: 4-bit) for every
-         * call of 1..4 rows they serve: MLX 4/8-bit rows that are 16-byte aligned; every such
-         * case must be served */
+        /* the narrow-call kernel (mmq_narrow.cu: MLX 4/8-bit, tensor-map copies) for every call
+         * of 1..4 rows it serves: MLX 4/8-bit rows that are 16-byte aligned; every such case
+         * must be served (policy 5: a refused launch fails the call) */
         const bool nserve = ls_cuda_mmq_narrow_serves(&W.w, 4) != 0;
         const bool nwant = W.w.type == LS_TYPE_MLX_AFFINE && (W.w.bits == 4 || W.w.bits == 8) &&
                            (uintptr_t)W.w.data % 16 == 0 && W.w.row_bytes % 16 == 0;

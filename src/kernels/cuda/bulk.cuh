@@ -1,9 +1,9 @@
-/* Bulk copies from global into shared memory through the copy engine (sm_90: cp.async.bulk),
- * completed on an mbarrier that counts the bytes. One instruction moves a whole contiguous
- * span (16-byte aligned, a multiple of 16 bytes), so a warp can keep several rounds of a
+/* Tensor-map copies from global into shared memory through the copy engine (sm_90: TMA,
+ * cp.async.bulk.tensor), completed on an mbarrier that counts the bytes. One instruction moves
+ * a whole 2-D box (e.g. 16 weight rows x 128 bytes), so a warp can keep several rounds of a
  * matmul's weights and activations in flight without registers or per-16-byte instructions
- * (mmq_narrow_bulk.cu, docs/cuda.md section 2a). Compiled for sm_90 and later only; callers
- * check the device (ls::bulk::device_ok) before launching a kernel that uses them. */
+ * (mmq_narrow.cu, docs/cuda.md section 2a). Compiled for sm_90 and later only; callers check
+ * the device (ls::bulk::device_ok) before launching a kernel that uses them. */
 #ifndef LS_KERNELS_CUDA_BULK_CUH
 #define LS_KERNELS_CUDA_BULK_CUH
 
@@ -39,17 +39,6 @@ __device__ __forceinline__ void fence_reads() {
 __device__ __forceinline__ void expect(uint32_t bar, uint32_t bytes) {
 #ifdef LS_BULK_DEVICE
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-/* bytes (a multiple of 16) from src (16-byte aligned) to shared address dst, completing on bar */
-__device__ __forceinline__ void copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-#ifdef LS_BULK_DEVICE
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-#else
-    (void)dst, (void)src, (void)bytes, (void)bar;
-    __trap();
 #endif
 }
 /* A 2-D box of tensor map tm (a __grid_constant__ kernel parameter) at element coordinates

@@ -82,16 +82,13 @@ inline int64_t small_min_rows(int key) {
 inline bool use_small(int key, int64_t M, int64_t N) {
     return M >= small_min_rows(key) && M <= SMALL_MAX_ROWS && !use_mma(M, N);
 }
-/* The narrow-call kernels (mmq_narrow.cu: MLX 8-bit register-fed, mmq_narrow_staged.cu: MLX
- * 4-bit through shared-memory stages; 1..4 rows, 16-byte aligned rows, groups of 32 / 64 /
- * 128) take the calls they serve from NARROW_MIN_ROWS rows on, ahead of the small-M and dp4a
- * kernels (H200, 4 rows, us, narrow vs the previous choice: MLX 8-bit 21504 x 5376 48.2 vs
- * 64.6, 5376 x 21504 61.7 vs 69.1 (session 17); MLX 4-bit staged 21504 x 5376 38.1 vs 50.4,
- * 16384 x 5376 28.8 vs 40.5, 5376 x 8192 24.6 vs 21.2 (session 18; alone slower, but giving
- * it back to dp4a made a verify block slower); with scales staged in shared memory (session 19)
- * MLX 8-bit 46.3 and 52.5 us, MLX 4-bit 34.4, 27.4 and 17.9 us: a 31B verify block of 4 17.0 -> 15.0 -> 14.0-14.5 ->
- * 13.3-13.8 ms). One-row calls stay on the one-row kernels (MLX 4-bit 21504 x
- * 5376: 39.3 vs 24.4 register-fed; with them 31B decode fell from 100 to 70 tok/s). */
+/* The narrow-call kernel (mmq_narrow.cu: MLX 4/8-bit fed by tensor-map copies; 1..4 rows,
+ * 16-byte aligned rows, groups of 32 / 64 / 128) takes the calls it serves from NARROW_MIN_ROWS
+ * rows on, ahead of the small-M and dp4a kernels (H200, 4 rows, us, against the small-M
+ * kernel: MLX 8-bit 21504 x 5376 48.2 vs 64.6, 5376 x 21504 61.7 vs 69.1 in session 17; its
+ * tensor-map form of session 21: 39.8 and 37.7, MLX 4-bit 32.9, 33.4, 26.5 and 18.3 us; a 31B
+ * verify block of 4 17.0 ms in session 16, 11.5 now). One-row calls stay on the one-row
+ * kernels (MLX 4-bit 21504 x 5376: 35.1 vs 24.4; MLX 8-bit 5376 x 21504: 38.8 vs 33.8). */
 #ifdef LS_NARROW_MIN_ROWS /* compile-time override, for measuring */
 constexpr int64_t NARROW_MIN_ROWS = LS_NARROW_MIN_ROWS;
 #else

@@ -1,246 +1,421 @@
-/* The narrow-call kernels of the integer-dot matmul for MLX affine 4/8-bit weights: calls of 2
- * to 4 activation rows (a verify block of K = 4; tests also force them on one row), int8 tensor
- * cores fed straight from memory. This file: which of the two serves a call, and the MLX 8-bit
- * one, whose weights go from global memory into registers one round ahead of the fold (MLX
- * 4-bit weights go through shared-memory stages: mmq_narrow_staged.cu; both read their scales
- * and biases from a copy in shared memory, mmq_narrow.cuh stage_sb). The same activation
- * blocks, exact integer sums and f32 sequence per output as mmq.cu's dp4a kernel and the mma
- * kernels (mmq_common.cuh), so a row's bits do not depend on which of them ran. docs/cuda.md
- * section 2a; the order of a block's folds: mmq_narrow.cuh.
+/* The narrow-call kernel of the integer-dot matmul for MLX affine 4/8-bit weights: calls of 1
+ * to 4 activation rows (a verify block of K = 4 takes it from NARROW_MIN_ROWS rows; tests also
+ * force it on one row), int8 tensor cores fed by tensor-map copies (TMA, sm_90). The same
+ * activation blocks, exact integer sums and f32 sequence per output as mmq.cu's dp4a kernel and
+ * the mma kernels (mmq_common.cuh), so a row's bits do not depend on which of them ran.
+ * docs/cuda.md section 2a; the order of a block's folds and its staged scales: mmq_narrow.cuh.
  *
- * Why: a 31B verify block of 4 cost 1.67x a one-token step (docs/benchmarks.md, sessions
- * 13-15) because its MLX matmuls cost 1.6-2.2x a one-row call: the dp4a kernel pays every
- * (weight row, activation row) pair with its own products, and the small-M kernel
- * (mmq_small.cu) stages its rows through shared memory with a barrier a stage. Here one
- * m16n8k32 product forms a 32-element block of 16 weight rows against both planes of up to 4
- * activation rows (fold1's paired planes: column n = activation row n / 2, plane n % 2), so
- * the instructions per weight byte do not grow with the rows; a warp keeps one round of its
- * weights, scales and activation blocks in registers while it folds the previous one, and
- * nothing waits on a barrier between the scales' copy and the join of the lanes' partials. */
+ * A block owns 16 weight rows; each of its 4 warps keeps a private ring of NS shared-memory
+ * stages, each holding one round (its lane group's 4 chunks of the 16 rows, the activation
+ * blocks of those chunks and their Meta) as three 2-D tensor-map boxes that lane 0 requests
+ * with one instruction each, completed on the stage's mbarrier. The warp folds one round while
+ * NS - 1 are in flight, with no block barrier between the scales' copy and the join.
+ *
+ * Why (docs/benchmarks.md, eighteenth run): the kernels before it loaded a round into registers
+ * (8-bit) or by 16-byte cp.async (4-bit) and kept one or two rounds in flight; ncu found the
+ * one-wave 5376 x 21504 down projection latency-bound at 10 warps an SM, with the activation
+ * blocks (215 KB for 4 rows of a 21504-wide row, past L1) a second round trip a round. A tensor
+ * map moves 16 rows x 128 bytes in one request and no registers. One 1-D bulk copy per row span
+ * instead (40 requests a round) was twice as slow: the copy engine takes a request every 9-12
+ * SM cycles whatever its size. */
 #include <stdint.h>
 
 #include <atomic>
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/bulk.cuh"
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/mmq_narrow.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/staging.cuh"
 
 namespace {
 
 using namespace ls::narrow;
 using ls::q::Ctx;
 
-/* One round's loads for this thread, in pairs: the round's LG chunks as LG / 2 pairs of
- * consecutive chunks, of which thread (g, t4) holds 16 bytes at byte 16 t4 of each 64-byte
- * pair (chunk 2 p + t4 / 2 of the round, bytes 16 (t4 % 2) .. + 15): of weight rows g and
- * g + 8 (q) and of its B column's plane (xp). Why: a warp's load then reads 64 contiguous
- * bytes of each of 8 rows (4 activation rows' two planes: 128), twice the bytes per L1
- * wavefront of one-chunk fragments (8 bytes a thread; ncu: L1/TEX 80% busy at 45% of DRAM,
- * docs/benchmarks.md sixteenth run). fold() splits each pair over four half-masked products.
- * Besides: the scale and bias words of rows g / g + 8 and activation row t4's dx and X a chunk
- * (s, b, xm: the fields SideRound has, read by load_sb and fold_sums). */
-template <class T>
-struct Round {
-    static_assert(T::WPC == 2, "the register-fed kernel serves MLX 8-bit only (4-bit: mmq_narrow_staged.cu)");
-    uint32_t s[2][T::NG], b[2][T::NG];
-    float2 xm[LG];
-    uint4 xp[LG / 2];
-    uint4 q[2][LG / 2];
+#ifndef LS_NARROW_NS
+#define LS_NARROW_NS 3
+#endif
+constexpr int NS = LS_NARROW_NS; /* stages a warp: NS - 1 rounds in flight while it folds one */
+
+/* A stage holds one round, as three tensor-map boxes: the weights (16 rows x the round's LG
+ * chunks, WB bytes a row, swizzled by the copy engine: 128-byte rows for 8-bit, 64-byte for
+ * 4-bit), the activation blocks (MAXR rows x LG blocks of 64 bytes) and their Meta (MAXR rows
+ * x LG x 16 bytes). Rows past N or nr and chunks past the row's end arrive as zeros. */
+template <int BITS>
+struct BStage {
+    static constexpr int CB = 4 * BITS; /* bytes per chunk and row */
+    static constexpr int WB = LG * CB;  /* weight box row: 128 (8-bit) or 64 (4-bit) */
+    static constexpr int W = ROWS * WB, X = MAXR * LG * 64, M = MAXR * LG * 16;
+    static constexpr uint32_t BYTES = W + X + M;
+};
+/* Shared memory of a block, from a 1024-byte aligned base (the 128-byte swizzle's period):
+ * the warps' weight stages, activation stages, Meta stages, barriers (NS a warp); then the
+ * staged scales and biases and the lanes' partials. */
+template <int BITS>
+__host__ __device__ constexpr int rings_bytes() {
+    return NW * NS * (BStage<BITS>::W + BStage<BITS>::X + BStage<BITS>::M) + ((NW * NS * 8 + 15) & ~15);
+}
+constexpr int ALIGN_SLACK = 1024;
+
+/* The kernel's tensor maps: each weight of the group, the activation blocks, their Meta. */
+struct TMaps { /* CUtensorMap: 64-byte aligned itself */
+    CUtensorMap w[GMAX], x, m;
 };
 
-/* The weight offsets of rows g, g + 8 (clamped to real rows) plus this thread's 16 bytes of a
- * pair, as SideSrc's: 32-bit, from c.w (xb: the pair piece of its B column, narrow_body). */
-struct Src : SideSrc {
-    uint32_t w[2];
-};
+/* Fragment row g (0..7) of the m16 tile reads stage row sr(g) (and sr(g) + 8): the weight
+ * row n0 + sr(g). 8-bit: with 128-byte rows swizzled by row % 8, the two rows a quarter warp's
+ * 16-byte loads read (g = 2i, 2i + 1) must differ in bit 2 to land in distinct banks; 4-bit
+ * (64-byte rows, 4-byte loads of 8 rows) needs no permutation. */
+template <int BITS>
+__device__ __forceinline__ int sr_of(int g) {
+    return BITS == 8 ? (g >> 1) | ((g & 1) << 2) : g;
+}
 
-/* 16 weight bytes that bypass L1 (streamed once), so L1 keeps the activation blocks that the
- * SM's other blocks re-read (31B verify block of 4: 12.8 ms, 13.0-13.1 through L1; H200,
- * session 20) */
-__device__ __forceinline__ uint4 ldw(const uint8_t *p) {
-    uint4 o;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(o.x), "=r"(o.y), "=r"(o.z), "=r"(o.w)
-                 : "l"(p));
+/* Thread (g, t4)'s offsets within its warp's stages. aw: 8-bit, its 16 bytes of pair 0 of
+ * stage row sr (pair 1: aw ^ 64; row sr + 8: + 8 WB); 4-bit, its word of chunk 0 (chunk v:
+ * aw ^ 16 v). ax: its B column's piece of chunk 0 (activation row g / 2, plane g % 2; 8-bit:
+ * the pair piece, chunk t4 / 2, bytes 16 (t4 % 2); pair 1: + 128; 4-bit: chunk v + 64 v).
+ * am: activation row t4's Meta of chunk 0. */
+struct Lds {
+    uint32_t aw, ax, am;
+};
+template <int BITS>
+__device__ __forceinline__ Lds lds_of(int nr, int g, int t4) {
+    Lds o;
+    const int sr = sr_of<BITS>(g), gr = (g >> 1) < nr ? g >> 1 : nr - 1, mr = t4 < nr ? t4 : nr - 1;
+    if (BITS == 8) { /* 128-byte swizzle: 16-byte piece c of row r at slot c ^ (r % 8) */
+        o.aw = (uint32_t)(sr * 128 + 16 * (t4 ^ (sr & 3)) + 64 * (sr >> 2));
+        o.ax = (uint32_t)(gr * LG * 64 + (t4 >> 1) * 64 + (g & 1) * 32 + 16 * (t4 & 1));
+    } else { /* 64-byte swizzle: piece c of row r at slot c ^ ((r / 2) % 4) */
+        o.aw = (uint32_t)(sr * 64 + 16 * ((sr >> 1) & 3) + 4 * t4);
+        o.ax = (uint32_t)(gr * LG * 64 + (g & 1) * 32 + 8 * t4);
+    }
+    o.am = (uint32_t)(mr * LG * 16);
     return o;
 }
 
-/* The weight and activation-plane loads of the round at chunk ci0 (th = t4 / 2: which chunk of
- * a pair this thread holds). Pieces of chunks past the row's end (only in a lane group's last
- * round) are zero, never loaded; a pair wholly past it is skipped (uniform). */
+__device__ __forceinline__ uint4 lds16(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint2 lds8(uint32_t a) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t lds4(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+
+/* A round in registers, read from its stage. 8-bit, in pairs: the round's LG chunks as LG / 2
+ * pairs of consecutive chunks, of which thread (g, t4) holds 16 bytes at byte 16 t4 of each
+ * 64-byte pair (chunk 2 p + t4 / 2, bytes 16 (t4 % 2) .. + 15) of its two rows and of its B
+ * column's plane, so a quarter warp's shared load reads 128 distinct bytes (one-chunk
+ * fragments, 8 bytes a thread, would take twice the loads; fold() splits each pair over four
+ * half-masked products). 4-bit: a thread's word at byte 4 t4 of each chunk (nibbles of
+ * elements 8 t4 .. 8 t4 + 7: the plane words 2 t4, 2 t4 + 1 of mmq_frag.cuh, which the
+ * activations store in that order: QMlx4::IL) and its B words. Both: the scale and bias words
+ * of its rows (load_sb) and activation row t4's dx and X a chunk (fold_sums). */
+template <class T>
+struct BRound {
+    uint32_t s[2][T::NG], b[2][T::NG];
+    float2 xm[LG];
+    uint4 q[2][LG / 2]; /* 8-bit: pair pieces of rows g, g + 8 */
+    uint4 xp[LG / 2];   /* 8-bit: B pair pieces */
+    uint32_t w4[2][LG]; /* 4-bit: words of rows g, g + 8 */
+    uint2 xb[LG];       /* 4-bit: B words */
+};
+
+/* Where a warp's stage s lives (shared addresses). */
+struct Ring {
+    uint32_t w, x, m, bar;
+};
+template <int BITS>
+__device__ __forceinline__ Ring ring_of(uint32_t base, int warp, int s) {
+    using S = BStage<BITS>;
+    const int i = warp * NS + s;
+    Ring r;
+    r.w = base + (uint32_t)(i * S::W);
+    r.x = base + (uint32_t)(NW * NS * S::W + i * S::X);
+    r.m = base + (uint32_t)(NW * NS * (S::W + S::X) + i * S::M);
+    r.bar = base + (uint32_t)(NW * NS * (S::W + S::X + S::M) + 8 * i);
+    return r;
+}
+
+/* The round at chunk ci0 into stage r, by lane 0: its bytes announced, then the weight box
+ * (rows n0.., never written by a step: may run before the grid dependency wait) and / or the
+ * activation boxes (after it). */
+template <int BITS>
+__device__ __forceinline__ void issue(const Ring &r, const TMaps &tm, int wi, int64_t n0, int ci0, bool w, bool x) {
+    using S = BStage<BITS>;
+    if (w) {
+        ls::bulk::expect(r.bar, S::BYTES);
+        ls::bulk::copy2d(r.w, &tm.w[wi], ci0 * S::CB, (int)n0, r.bar);
+    }
+    if (x) {
+        ls::bulk::copy2d(r.x, &tm.x, ci0 * ls::mmq::XB_BYTES, 0, r.bar);
+        ls::bulk::copy2d(r.m, &tm.m, ci0 * 16, 0, r.bar);
+    }
+}
+
 template <class T, bool FULL>
-__device__ __forceinline__ void load_w(Round<T> &r, const Src &p, const Ctx &c, int ci0, int th) {
+__device__ __forceinline__ void read_stage(BRound<T> &r, const Ring &st, const Lds &o, const Ctx &c, int ci0) {
     const int left = FULL ? LG : c.nch - ci0;
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const uint8_t *a = c.w + (p.w[k] + (uint32_t)ci0 * (uint32_t)T::CB);
+    if constexpr (T::WPC == 2) {
 #pragma unroll
         for (int q = 0; q < LG / 2; q++) {
             if (2 * q >= left) break;
-            r.q[k][q] = FULL || 2 * q + th < left ? ldw(a + 2 * q * T::CB) : make_uint4(0, 0, 0, 0);
-        }
-    }
-}
-template <class T, bool FULL>
-__device__ __forceinline__ void load_xp(Round<T> &r, const Src &p, const Ctx &c, const int8_t *__restrict__ xq,
-                                        const Meta *__restrict__ xm, int ci0, int th) {
-    const int left = FULL ? LG : c.nch - ci0;
-    const int8_t *xb = xq + (p.xb + (uint32_t)ci0 * (uint32_t)ls::mmq::XB_BYTES);
-    const uint8_t *mb = reinterpret_cast<const uint8_t *>(xm) + (p.xm + (uint32_t)ci0 * (uint32_t)sizeof(Meta));
 #pragma unroll
-    for (int q = 0; q < LG / 2; q++) {
-        if (2 * q >= left) break;
-        r.xp[q] = FULL || 2 * q + th < left ? __ldg(reinterpret_cast<const uint4 *>(xb + 2 * q * ls::mmq::XB_BYTES))
-                                            : make_uint4(0, 0, 0, 0);
+            for (int k = 0; k < 2; k++) r.q[k][q] = lds16(st.w + ((o.aw ^ (uint32_t)(64 * q)) + (uint32_t)(k * 8 * 128)));
+            r.xp[q] = lds16(st.x + o.ax + (uint32_t)(128 * q));
+        }
+    } else {
+#pragma unroll
+        for (int v = 0; v < LG; v++) {
+            if (v >= left) break;
+#pragma unroll
+            for (int k = 0; k < 2; k++) r.w4[k][v] = lds4(st.w + ((o.aw ^ (uint32_t)(16 * v)) + (uint32_t)(k * 8 * 64)));
+            r.xb[v] = lds8(st.x + o.ax + (uint32_t)(64 * v));
+        }
     }
 #pragma unroll
     for (int v = 0; v < LG; v++) {
         if (v >= left) break;
-        r.xm[v] = __ldg(reinterpret_cast<const float2 *>(mb + v * sizeof(Meta)));
+        const uint2 m = lds8(st.m + o.am + (uint32_t)(16 * v));
+        r.xm[v] = make_float2(__uint_as_float(m.x), __uint_as_float(m.y));
     }
 }
 
-/* Fold round r (chunks ci0 + v, below nch) into the lanes' partials la[v][k]. A pair's chunk
- * 2 q + h is the sum over the threads with t4 / 2 == h: mh (all ones when t4 / 2 == 0, else
- * zero) masks the others' B words, and the two products over a thread's 16 bytes (its words
- * 0, 1 as k-slices 4 t4 and 16 + 4 t4, then words 2, 3) add exactly in int32. */
+/* Fold a round (chunks ci0 + v, below nch) into the lanes' partials la[v][k]. 8-bit: a pair's
+ * chunk 2 q + h is the sum over the threads with t4 / 2 == h: mh (all ones when t4 / 2 == 0,
+ * else zero) masks the others' B words, and the two products over a thread's 16 bytes (its
+ * words 0, 1 as k-slices 4 t4 and 16 + 4 t4, then words 2, 3) add exactly in int32; pieces of
+ * chunks past the row's end are zeros from the copy and never folded. 4-bit: the nibbles split
+ * into the two planes, one product. */
 template <class T, int SBK, int GSH, bool FULL>
-__device__ __forceinline__ void fold(float (&la)[LG][2], const Round<T> &r, const Ctx &c, int ci0, uint32_t mh) {
+__device__ __forceinline__ void fold(float (&la)[LG][2], const BRound<T> &r, const Ctx &c, int ci0, uint32_t mh) {
 #pragma unroll
-    for (int q = 0; q < LG / 2; q++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int v = 2 * q + h;
-            if (!FULL && ci0 + v >= c.nch) break; /* uniform */
-            const uint32_t m = h ? ~mh : mh;
+    for (int v = 0; v < LG; v++) {
+        if (!FULL && ci0 + v >= c.nch) break; /* uniform */
+        int cc[4];
+        if constexpr (T::WPC == 2) {
+            const int q = v >> 1;
+            const uint32_t m = (v & 1) ? ~mh : mh;
             const uint4 &w0 = r.q[0][q], &w8 = r.q[1][q], &x = r.xp[q];
-            int cc[4];
             ls::mmq::mma_k32<true>(cc, w0.x, w8.x, w0.y, w8.y, x.x & m, x.y & m);
             ls::mmq::mma_k32u_acc(cc, w0.z, w8.z, w0.w, w8.w, x.z & m, x.w & m);
-            fold_sums<SBK, GSH>(la[v], cc, r, v, c);
-        }
-    }
-}
-
-/* A round's loads: every chunk (a full round) or those before the row's end. */
-template <class T>
-__device__ __forceinline__ void load_round(Round<T> &r, const Src &src, const Ctx &c, const uint8_t *sbm,
-                                           const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int ci0,
-                                           int th) {
-    if (c.nch - ci0 >= LG) {
-        load_w<T, true>(r, src, c, ci0, th);
-        load_sb<T, true>(r, src, c, sbm, ci0);
-        load_xp<T, true>(r, src, c, xq, xm, ci0, th);
-    } else {
-        load_w<T, false>(r, src, c, ci0, th);
-        load_sb<T, false>(r, src, c, sbm, ci0);
-        load_xp<T, false>(r, src, c, xq, xm, ci0, th);
-    }
-}
-
-/* One step of the walk at p with round cur loaded: the next round into nxt, then cur folded
- * (the load in flight meanwhile), a finished group's partials stored. */
-template <class T, int SBK, int GSH>
-__device__ __forceinline__ void walk_step(Pos &p, Round<T> &cur, Round<T> &nxt, float (&la)[LG][2], float *red,
-                                          const Src &src, const Ctx &c, const uint8_t *sbm,
-                                          const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int U, int nu,
-                                          int nr, int g, int t4) {
-    Pos q = p;
-    next(q, U, c.nch);
-    const int th = t4 >> 1;
-    const uint32_t mh = th ? 0u : ~0u;
-    if (q.u0 < nu) load_round<T>(nxt, src, c, sbm, xq, xm, q.ci0, th);
-    if (c.nch - p.ci0 >= LG) fold<T, SBK, GSH, true>(la, cur, c, p.ci0, mh);
-    else fold<T, SBK, GSH, false>(la, cur, c, p.ci0, mh);
-    finish_group(la, red, p, q, nu, nr, g, t4);
-    p = q;
-}
-
-template <class T, int SBK, int GSH>
-__device__ __forceinline__ void narrow_body(const Ctx &c, const int8_t *__restrict__ xq,
-                                            const Meta *__restrict__ xm, float *__restrict__ y, int64_t n0, int nr,
-                                            uint8_t *smem) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int nch = c.nch, U = 32 * c.kw, nu = lanes_of(c);
-    const uint8_t *sbm = smem; /* the staged scales and biases, then the lanes' partials */
-    float *red = reinterpret_cast<float *>(smem + sb_bytes(sb_row_bytes(c)));
-    stage_sb((uint32_t)__cvta_generic_to_shared(smem), c, n0);
-    Src src;
-    static_cast<SideSrc &>(src) = side_src(c, n0, nr, g, t4);
+        } else {
+            uint32_t lo[2], hi[2];
 #pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const int64_t n = n0 + g + 8 * k < c.N ? n0 + g + 8 * k : c.N - 1;
-        src.w[k] = (uint32_t)((uint64_t)n * c.row_bytes) + 16u * (uint32_t)t4;
+            for (int k = 0; k < 2; k++) {
+                lo[k] = r.w4[k][v] & 0x0f0f0f0fu;
+                hi[k] = (r.w4[k][v] >> 4) & 0x0f0f0f0fu;
+            }
+            ls::mmq::mma_k32<true>(cc, lo[0], lo[1], hi[0], hi[1], r.xb[v].x, r.xb[v].y);
+        }
+        fold_sums<SBK, GSH>(la[v], cc, r, v, c);
     }
-    /* the B column's pair piece: chunk t4 / 2 of the pair, bytes 16 (t4 % 2) of its plane */
-    src.xb += (uint32_t)((t4 >> 1) * ls::mmq::XB_BYTES + 16 * (t4 & 1) - 8 * t4);
-    /* opaque from here on: kept in 7 registers, not recomputed from the parameters each round */
-    asm volatile("" : "+r"(src.w[0]), "+r"(src.w[1]), "+r"(src.sb[0]), "+r"(src.sb[1]), "+r"(src.bo), "+r"(src.xb),
-                 "+r"(src.xm));
+}
+
+template <class T, int SBK, int GSH>
+__device__ __forceinline__ void narrow_body(const TMaps &tm, int wi, const Ctx &c, float *__restrict__ y, int64_t n0,
+                                          int nr, uint8_t *smem_raw) {
+    constexpr int BITS = T::WPC * 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t4 = lane & 3, sr = sr_of<BITS>(g);
+    const int nch = c.nch, U = 32 * c.kw, nu = lanes_of(c);
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t base = (raw + (ALIGN_SLACK - 1)) & ~(uint32_t)(ALIGN_SLACK - 1);
+    uint8_t *smem = smem_raw + (base - raw);
+    const uint8_t *sbm = smem + rings_bytes<BITS>();
+    float *red = reinterpret_cast<float *>(smem + rings_bytes<BITS>() + sb_bytes(sb_row_bytes(c)));
+    stage_sb(base + (uint32_t)rings_bytes<BITS>(), c, n0);
+    if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < NS; s++) ls::bulk::bar_init(ring_of<BITS>(base, warp, s).bar, 1);
+        ls::bulk::fence_init();
+    }
+    __syncwarp();
+    const SideSrc src = side_src(c, n0, sr);
+    const Lds o = lds_of<BITS>(nr, g, t4);
     float la[LG][2];
 #pragma unroll
     for (int v = 0; v < LG; v++) la[v][0] = la[v][1] = 0.0f;
-    Round<T> ra, rb;
-    Pos p{LG * warp, LG * warp};
-    if (p.u0 < nu) { /* weights are never written by a step: before the wait */
-        if (nch - p.ci0 >= LG) load_w<T, true>(ra, src, c, p.ci0, t4 >> 1);
-        else load_w<T, false>(ra, src, c, p.ci0, t4 >> 1);
-    }
-    ls::pdl::enter();
-    ls::stage::cp_wait<0>(); /* this thread's scale copies */
-    __syncthreads();         /* and every thread's */
-    if (p.u0 < nu) {
-        if (nch - p.ci0 >= LG) {
-            load_sb<T, true>(ra, src, c, sbm, p.ci0);
-            load_xp<T, true>(ra, src, c, xq, xm, p.ci0, t4 >> 1);
-        } else {
-            load_sb<T, false>(ra, src, c, sbm, p.ci0);
-            load_xp<T, false>(ra, src, c, xq, xm, p.ci0, t4 >> 1);
+    Pos p{LG * warp, LG * warp}, cp = p;
+    /* the first NS rounds' weights before the wait, their activations after it */
+    if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (cp.u0 < nu) issue<BITS>(ring_of<BITS>(base, warp, s), tm, wi, n0, cp.ci0, true, false);
+            if (cp.u0 < nu) next(cp, U, nch);
         }
     }
-    /* two steps an iteration, the rounds' registers swapping roles: no copies */
+    ls::pdl::enter();
+    if (lane == 0) {
+        Pos ap = p;
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (ap.u0 < nu) issue<BITS>(ring_of<BITS>(base, warp, s), tm, wi, n0, ap.ci0, false, true);
+            if (ap.u0 < nu) next(ap, U, nch);
+        }
+    }
+    cp = p;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+        if (cp.u0 < nu) next(cp, U, nch);
+    ls::stage::cp_wait<0>(); /* this thread's scale copies */
+    __syncthreads();         /* and every thread's */
+    const uint32_t mh = (t4 >> 1) ? 0u : ~0u;
+    int s = 0;
+    uint32_t ph = 0;
     while (p.u0 < nu) {
-        walk_step<T, SBK, GSH>(p, ra, rb, la, red, src, c, sbm, xq, xm, U, nu, nr, g, t4);
-        if (p.u0 >= nu) break;
-        walk_step<T, SBK, GSH>(p, rb, ra, la, red, src, c, sbm, xq, xm, U, nu, nr, g, t4);
+        const Ring st = ring_of<BITS>(base, warp, s);
+        ls::bulk::wait(st.bar, ph);
+        BRound<T> r;
+        const bool full = nch - p.ci0 >= LG;
+        if (full) {
+            read_stage<T, true>(r, st, o, c, p.ci0);
+            load_sb<T, true>(r, src, c, sbm, p.ci0);
+        } else {
+            read_stage<T, false>(r, st, o, c, p.ci0);
+            load_sb<T, false>(r, src, c, sbm, p.ci0);
+        }
+        /* the stage is free once every lane's reads are done: refill it NS rounds ahead */
+        ls::bulk::fence_reads();
+        __syncwarp();
+        if (cp.u0 < nu) {
+            if (lane == 0) issue<BITS>(st, tm, wi, n0, cp.ci0, true, true);
+            next(cp, U, nch);
+        }
+        if (full) fold<T, SBK, GSH, true>(la, r, c, p.ci0, mh);
+        else fold<T, SBK, GSH, false>(la, r, c, p.ci0, mh);
+        Pos q = p;
+        next(q, U, nch);
+        finish_group(la, red, p, q, nu, nr, sr, t4);
+        p = q;
+        if (++s == NS) {
+            s = 0;
+            ph ^= 1u;
+        }
     }
     __syncthreads();
     join_lanes(red, c, y, n0, nu, nr);
 }
 
-/* Each warp holds two rounds in registers: 4 blocks an SM at <= 128 registers for groups of
- * 64 or more (116-127, no spills; a 31B verify block of 4: 13.3-13.5 ms at 3 blocks an SM with
- * 139 registers, 13.0-13.1 at 4, H200 session 20); groups of 32 keep 2 (they spill at 128). */
 template <class T, int SBK, int GSH>
-__global__ void __launch_bounds__(32 * NW, GSH >= 1 ? 4 : 2)
-    narrow_kernel(const NarrowGroup ng, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int nr) {
+__global__ void __launch_bounds__(32 * NW, 4)
+    narrow_kernel(const __grid_constant__ TMaps tm, const NarrowGroup ng, int nr) {
     extern __shared__ __align__(16) uint8_t smem[];
-    Ctx c;
-    float *y;
-    const int64_t n0 = pick_block(ng, c, y);
-    narrow_body<T, SBK, GSH>(c, xq, xm, y, n0, nr, smem); /* calls ls::pdl::enter() */
+    int64_t n0;
+    const int wi = pick_block(ng, n0);
+    narrow_body<T, SBK, GSH>(tm, wi, ng.c[wi], ng.y[wi], n0, nr, smem); /* calls ls::pdl::enter() */
 }
 
+/* cuTensorMapEncodeTiled from the driver, looked up once (no link against libcuda). */
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+    static std::atomic<PFN_cuTensorMapEncodeTiled_v12000> fn{nullptr};
+    static std::atomic<int> tried{0};
+    PFN_cuTensorMapEncodeTiled_v12000 f = fn.load(std::memory_order_acquire);
+    if (f || tried.load(std::memory_order_acquire)) return f;
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        p = nullptr;
+    (void)cudaGetLastError();
+    f = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    fn.store(f, std::memory_order_release);
+    tried.store(1, std::memory_order_release);
+    return f;
+}
+
+/* A 2-D byte tensor of `rows` rows of `cols` bytes, `stride` apart, read in boxes of bx x by. */
+bool encode(CUtensorMap *m, const void *p, uint64_t cols, uint64_t rows, uint64_t stride, uint32_t bx, uint32_t by,
+            CUtensorMapSwizzle sw) {
+    const PFN_cuTensorMapEncodeTiled_v12000 f = encoder();
+    if (!f) return false;
+    const cuuint64_t dim[2] = {cols, rows}, str[1] = {stride};
+    const cuuint32_t box[2] = {bx, by}, es[2] = {1, 1};
+    return f(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(p), dim, str, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int BITS>
+bool maps_of(TMaps &tm, const NarrowGroup &g, const int8_t *xq, const ls::mmq::Meta *xm, int nr) {
+    using S = BStage<BITS>;
+    const CUtensorMapSwizzle sw = BITS == 8 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+    for (int i = 0; i < g.n; i++)
+        if (!encode(&tm.w[i], g.c[i].w, g.c[i].row_bytes, (uint64_t)g.c[i].N, g.c[i].row_bytes, S::WB, ROWS, sw))
+            return false;
+    const uint64_t nbk = (uint64_t)(g.c[0].K / ls::mmq::QB);
+    return encode(&tm.x, xq, nbk * ls::mmq::XB_BYTES, (uint64_t)nr, nbk * ls::mmq::XB_BYTES, LG * ls::mmq::XB_BYTES,
+                  MAXR, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+           encode(&tm.m, xm, nbk * 16, (uint64_t)nr, nbk * 16, LG * 16, MAXR, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+template <int BITS, int SBK, int GSH>
+int run_bits(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm, int nr) {
+    static std::atomic<int> have[32];
+    TMaps tm;
+    if (!maps_of<BITS>(tm, g, xq, xm, nr)) return -1;
+    const auto k = narrow_kernel<NMlx<BITS, SBK, GSH>, SBK, GSH>;
+    const size_t smem = ALIGN_SLACK + rings_bytes<BITS>() + sb_group_bytes(g) +
+                        (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
+    if (ls::stage::smem_raise(k, (int)smem, have) != 0) return -1;
+    const cudaError_t e = ls::pdl::launch(k, dim3((unsigned)nb), 32 * NW, smem, st, tm, g, nr);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return e == cudaSuccess ? 0 : -1;
+}
 template <int SBK, int GSH>
 struct Launch8 {
-    static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
-        static std::atomic<int> have[32];
-        return launch_kernel(narrow_kernel<NMlx<8, SBK, GSH>, SBK, GSH>, have, 0, st, g, nb, xq, xm, nr);
+    static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm,
+                   int nr) {
+        return run_bits<8, SBK, GSH>(st, g, nb, xq, xm, nr);
     }
 };
+template <int SBK, int GSH>
+struct Launch4 {
+    static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm,
+                   int nr) {
+        return run_bits<4, SBK, GSH>(st, g, nb, xq, xm, nr);
+    }
+};
+
+/* Whether device d runs tensor-map copies (sm_90 and later), asked once a device (0 unknown,
+ * 1 yes, 2 no); where not, narrow_launch declines and the caller takes the small-M kernel. */
+std::atomic<int> tma_dev[32];
+
+bool tma_ok() {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev >= 32) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    int v = tma_dev[dev].load(std::memory_order_relaxed);
+    if (v == 0) {
+        v = ls::bulk::device_ok() ? 1 : 2;
+        tma_dev[dev].store(v, std::memory_order_relaxed);
+    }
+    return v == 1;
+}
 
 } // namespace
 
 namespace ls::mmq {
 
 bool narrow_serves(int key, const Ctx &c, int64_t M) {
-    /* the 32-bit offsets (SideSrc, Src, the staged kernel's copies): weight arrays below 4 GiB;
-     * stage_sb: scale rows of at most SB_ROW_MAX bytes, 2-byte aligned (f32: 4-byte) */
+    /* 32-bit offsets (SideSrc) and tensor-map sizes: weight arrays below 4 GiB; stage_sb: scale
+     * rows of at most SB_ROW_MAX bytes, 2-byte aligned (f32: 4-byte) */
     const uint64_t wb = (uint64_t)c.N * c.row_bytes;
     const uint32_t sbz = c.sb_kind == 0 ? 4u : 2u;
     const bool sb_ok = c.ng >= 1 && (uint64_t)c.ng * sbz <= ls::narrow::SB_ROW_MAX &&
@@ -268,11 +443,10 @@ int narrow_launch(cudaStream_t st, const Ctx *c, float *const *y, int n, int key
     }
     if (nb > 0x7fffffff) return -1;
     const int nr = (int)M;
-#ifndef LS_NARROW_LEGACY /* compile-time switch back to session 20's kernels, for measuring */
-    if (ls::narrow::bulk_launch(st, g, nb, key == 108 ? 8 : 4, bf16, xq, xm, nr) == 0) return 0;
-#endif
-    if (key == 104) return ls::narrow::staged_launch(st, g, nb, bf16, xq, xm, nr);
-    return launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr);
+    /* tensor maps need 16-byte aligned bases and row strides: the weights (narrow_serves: a16)
+     * and the activation blocks and their Meta (the scratch's layout; checked, not assumed) */
+    if (((reinterpret_cast<uintptr_t>(xq) | reinterpret_cast<uintptr_t>(xm)) & 15u) != 0 || !tma_ok()) return -1;
+    return key == 108 ? launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr) : launch_for<Launch4>(st, g, nb, bf16, xq, xm, nr);
 }
 
 } // namespace ls::mmq

@@ -1,8 +1,7 @@
-/* What the two narrow-call kernels share (docs/cuda.md section 2a): mmq_narrow.cu (MLX 8-bit,
- * weights loaded into registers one round ahead) and mmq_narrow_staged.cu (MLX 4-bit, weights
- * through warp-private shared-memory stages). Both fold the same chunks in the same order with
- * the same expressions, so a row's bits do not depend on which of them (or which other integer
- * kernel, mmq_common.cuh) ran.
+/* The order and the shared-memory scales of the narrow-call kernel (mmq_narrow.cu, MLX affine
+ * 4/8-bit, 1..4 activation rows; docs/cuda.md section 2a). It folds the same chunks with the
+ * same expressions as every other integer kernel (mmq_common.cuh), so a row's bits do not
+ * depend on which of them ran.
  *
  * Order (mmq_common.cuh): a block owns 16 weight rows; its NW warps take the virtual lanes in
  * groups of LG consecutive ones (warp w: groups w, w + NW, ..); a group's round r holds the
@@ -13,8 +12,6 @@
 #pragma once
 
 #include <stdint.h>
-
-#include <atomic>
 
 #include <cuda_runtime.h>
 
@@ -37,27 +34,15 @@ constexpr int LG = 4;    /* consecutive virtual lanes a warp folds in one round 
 constexpr int MAXR = 4;  /* activation rows: both planes of each fill the n8 tile */
 
 /* MLX affine BITS-bit rows (4 or 8), scales and biases stored as SBK (0 f32, 1 f16, 2 bf16;
- * 3: c.sb_kind at run time), group = 32 << GSH elements. A thread's share of a chunk (32
- * codes of one row) in the staged 4-bit kernel: its word at byte 4 t4 (nibbles of elements
- * 8 t4 .. 8 t4 + 7, the plane words 2 t4, 2 t4 + 1 of mmq_frag.cuh, which the activations store
- * in that order: QMlx4::IL); the 8-bit kernel's: mmq_narrow.cu Round (pairs). A round's LG
- * chunks start at a multiple of LG, so they span NG groups. */
+ * 3: c.sb_kind at run time), group = 32 << GSH elements. A round's LG chunks start at a
+ * multiple of LG, so they span NG groups. Which bytes of a chunk a thread holds: mmq_narrow.cu
+ * lds_of. */
 template <int BITS, int SBK, int GSH>
 struct NMlx {
     static constexpr int WPC = BITS / 4;
     static constexpr int CB = 4 * BITS; /* bytes per chunk and row */
     static constexpr int NG = GSH >= 2 ? 1 : LG >> GSH;
     static constexpr int SB = SBK, GS = GSH;
-};
-
-/* A round's register loads besides the weight codes: the scale and bias bits of this thread's
- * rows g / g + 8 (k = 0 / 1), and the activation side of each chunk (B fragment of column g;
- * dx and X of activation row t4). Raw words only: the decoding waits for the fold. */
-template <class T>
-struct SideRound {
-    uint32_t s[2][T::NG], b[2][T::NG];
-    uint2 xb[LG];
-    float2 xm[LG];
 };
 
 /* A block's scales and biases, staged once in shared memory (why: read from global memory, a
@@ -135,30 +120,21 @@ __device__ __forceinline__ void stage_sb(uint32_t dst, const Ctx &c, int64_t n0)
     ls::stage::cp_commit();
 }
 
-/* Where this thread's scale / bias and activation loads come from, as 32-bit byte offsets:
- * sb from the block's staged scales (bo more to the biases), xb and xm from the call's xq
- * and xm (kernel parameters, uniform): a 64-bit pointer a stream would cost two registers
- * each, which the compiler rematerialized every round. narrow_serves keeps every offset below
- * 2^32. */
+/* Where this thread's scale and bias loads come from: byte offsets into the block's staged
+ * scales for its output rows r, r + 8 (clamped to the block's real rows), and the distance
+ * from there to the biases. 32-bit: kept in registers, not a 64-bit pointer each. */
 struct SideSrc {
-    uint32_t sb[2]; /* the staged scales of rows g, g + 8 (clamped to the block's real rows) */
+    uint32_t sb[2]; /* the staged scales of rows r, r + 8 */
     uint32_t bo;    /* the biases: sb + bo */
-    uint32_t xb;    /* its B column's plane words of block 0 (8-bit: moved to its pair piece) */
-    uint32_t xm;    /* activation row t4's (clamped) metadata of block 0, bytes */
 };
 
-__device__ __forceinline__ SideSrc side_src(const Ctx &c, int64_t n0, int nr, int g, int t4) {
+__device__ __forceinline__ SideSrc side_src(const Ctx &c, int64_t n0, int r) {
     SideSrc s;
     const SbGeom q = sb_geom(c, n0);
     const int last = (int)(c.N - n0 < ROWS ? c.N - n0 : ROWS) - 1;
 #pragma unroll
-    for (int k = 0; k < 2; k++) s.sb[k] = q.dl[0] + (uint32_t)(g + 8 * k <= last ? g + 8 * k : last) * q.S;
+    for (int k = 0; k < 2; k++) s.sb[k] = q.dl[0] + (uint32_t)(r + 8 * k <= last ? r + 8 * k : last) * q.S;
     s.bo = sb_region(q.rb) + q.dl[1] - q.dl[0];
-    const int64_t nbk = c.K / ls::mmq::QB;
-    const int gr = (g >> 1) < nr ? g >> 1 : nr - 1; /* B column g: activation row g / 2, plane g % 2 */
-    const int mr = t4 < nr ? t4 : nr - 1;
-    s.xb = (uint32_t)(gr * nbk) * ls::mmq::XB_BYTES + (g & 1) * ls::mmq::QB + 8 * t4;
-    s.xm = (uint32_t)(mr * nbk) * (uint32_t)sizeof(Meta);
     return s;
 }
 
@@ -182,21 +158,6 @@ __device__ __forceinline__ void load_sb(R &r, const SideSrc &p, const Ctx &c, co
     }
 }
 
-/* The activation loads of the round at chunk ci0 (written by the previous step: after the wait). */
-template <class T, bool FULL>
-__device__ __forceinline__ void load_x(SideRound<T> &r, const SideSrc &p, const Ctx &c, const int8_t *__restrict__ xq,
-                                       const Meta *__restrict__ xm, int ci0) {
-    const int left = FULL ? LG : c.nch - ci0;
-    const int8_t *xb = xq + (p.xb + (uint32_t)ci0 * (uint32_t)ls::mmq::XB_BYTES);
-    const uint8_t *mb = reinterpret_cast<const uint8_t *>(xm) + (p.xm + (uint32_t)ci0 * (uint32_t)sizeof(Meta));
-#pragma unroll
-    for (int v = 0; v < LG; v++) {
-        if (v >= left) break;
-        r.xb[v] = __ldg(reinterpret_cast<const uint2 *>(xb + v * ls::mmq::XB_BYTES));
-        r.xm[v] = __ldg(reinterpret_cast<const float2 *>(mb + v * sizeof(Meta)));
-    }
-}
-
 template <int SBK>
 __device__ __forceinline__ float sb_float(uint32_t v, const Ctx &c) {
     const int k = SBK == 3 ? c.sb_kind : SBK;
@@ -204,8 +165,8 @@ __device__ __forceinline__ float sb_float(uint32_t v, const Ctx &c) {
 }
 
 /* Fold chunk v of a round, given its exact sums cc (an m16n8k32 C fragment: hi and lo plane
- * sums of activation row t4 against rows g, g + 8), into the lanes' partials la[k] (output row
- * g + 8 k, activation row t4): mmq_small.cu fold1's paired-plane expressions for MLX. R: a
+ * sums of activation row t4 against this thread's two weight rows r, r + 8), into the lanes'
+ * partials la[k] (output row r + 8 k, activation row t4): mmq_small.cu fold1's paired-plane expressions for MLX. R: a
  * round's registers (the scale and bias words s, b and the activation metadata xm). */
 template <int SBK, int GSH, class R>
 __device__ __forceinline__ void fold_sums(float (&la)[2], const int (&cc)[4], const R &r, int v, const Ctx &c) {
@@ -218,16 +179,6 @@ __device__ __forceinline__ void fold_sums(float (&la)[2], const int (&cc)[4], co
         la[k] = fmaf(b, r.xm[v].y, acc);
     }
 }
-/* The same, the sums formed from this thread's plane words of rows g / g + 8 (lo, hi) and its
- * B fragment of chunk v (one product: the staged 4-bit kernel's fragments). */
-template <class T, int SBK, int GSH>
-__device__ __forceinline__ void fold_chunk(float (&la)[2], const uint32_t (&lo)[2], const uint32_t (&hi)[2],
-                                           const SideRound<T> &r, int v, const Ctx &c) {
-    int cc[4];
-    ls::mmq::mma_k32<true>(cc, lo[0], lo[1], hi[0], hi[1], r.xb[v].x, r.xb[v].y);
-    fold_sums<SBK, GSH>(la, cc, r, v, c);
-}
-
 /* A warp's walk: lane group u0 (its first lane), round chunk ci0 = u0 + r U. */
 struct Pos {
     int u0, ci0;
@@ -240,17 +191,17 @@ __device__ __forceinline__ void next(Pos &p, int U, int nch) {
     }
 }
 
-/* A lane group done (the walk moved from p to q): its partials to red[lane][row][column],
- * the registers cleared for the next group. */
+/* A lane group done (the walk moved from p to q): its partials (output rows r, r + 8) to
+ * red[lane][row][column], the registers cleared for the next group. */
 __device__ __forceinline__ void finish_group(float (&la)[LG][2], float *red, const Pos &p, const Pos &q, int nu,
-                                             int nr, int g, int t4) {
+                                             int nr, int r, int t4) {
     if (q.u0 == p.u0) return;
 #pragma unroll
     for (int v = 0; v < LG; v++) {
         const int u = p.u0 + v;
         if (u < nu && t4 < nr) {
-            red[(u * ROWS + g) * nr + t4] = la[v][0];
-            red[(u * ROWS + g + 8) * nr + t4] = la[v][1];
+            red[(u * ROWS + r) * nr + t4] = la[v][0];
+            red[(u * ROWS + r + 8) * nr + t4] = la[v][1];
         }
         la[v][0] = la[v][1] = 0.0f;
     }
@@ -290,11 +241,21 @@ inline size_t sb_group_bytes(const NarrowGroup &g) {
     return m;
 }
 
-/* A block's weight, output and first row: blockIdx.x over the group's 16-row blocks. */
-__device__ __forceinline__ int64_t pick_block(const NarrowGroup &ng, Ctx &c, float *&y) {
+/* A block's weight (the index returned) and first row n0: blockIdx.x over the group's 16-row
+ * blocks. */
+__device__ __forceinline__ int pick_block(const NarrowGroup &ng, int64_t &n0) {
     int64_t yb = blockIdx.x;
-    ls::mmq::group_pick(ng, yb, c, y);
-    return yb * ROWS;
+    int wi = 0;
+    if (ng.n > 1 && yb >= ng.nb[0]) {
+        yb -= ng.nb[0];
+        wi = 1;
+        if (ng.n > 2 && yb >= ng.nb[1]) {
+            yb -= ng.nb[1];
+            wi = 2;
+        }
+    }
+    n0 = yb * ROWS;
+    return wi;
 }
 
 /* The launch L<SBK, GSH>::run of a group: SBK 2 when every weight has bf16 scales (the
@@ -319,28 +280,5 @@ inline __host__ __device__ int lanes_of(const Ctx &c) {
     const int U = 32 * c.kw;
     return c.nch < U ? c.nch : U;
 }
-
-/* Launch kernel k (either narrow kernel, one (SBK, GSH) instance; have: its shared-memory
- * setting per device) over nb blocks: `extra` bytes of shared memory besides the staged scales
- * and the lanes' partials (the 4-bit kernel's stages). -1 when the device refuses the shared
- * memory or the launch, the error cleared: the caller falls back to another kernel. Static:
- * each file's copy stays its own (tests/check_symbols.sh). */
-template <class K>
-static int launch_kernel(K k, std::atomic<int> (&have)[32], size_t extra, cudaStream_t st, const NarrowGroup &g,
-                         int64_t nb, const int8_t *xq, const Meta *xm, int nr) {
-    const size_t smem = extra + sb_group_bytes(g) + (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
-    if (ls::stage::smem_raise(k, (int)smem, have) != 0) return -1;
-    const cudaError_t e = ls::pdl::launch(k, dim3((unsigned)nb), 32 * NW, smem, st, g, xq, xm, nr);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    return e == cudaSuccess ? 0 : -1;
-}
-
-/* mmq_narrow_staged.cu: the MLX 4-bit launch (scales bf16 in every weight: SBK 2, else 3). */
-int staged_launch(cudaStream_t st, const NarrowGroup &g, int64_t nb, bool bf16, const int8_t *xq, const Meta *xm,
-                  int nr);
-/* mmq_narrow_bulk.cu: either width fed by bulk copies (sm_90); -1 where the device or the
- * activations' alignment does not allow them (the caller takes the kernels above). */
-int bulk_launch(cudaStream_t st, const NarrowGroup &g, int64_t nb, int bits, bool bf16, const int8_t *xq,
-                const Meta *xm, int nr);
 
 } // namespace ls::narrow
