@@ -27,6 +27,7 @@ __device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
 __device__ __forceinline__ void fence_init() {
 #ifdef LS_BULK_DEVICE
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
 }
 /* this thread's earlier shared-memory reads are ordered before later bulk writes to them */

@@ -330,9 +330,10 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
     void *p = nullptr;
     cudaDriverEntryPointQueryResult q;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
+        q != cudaDriverEntryPointSuccess) {
         p = nullptr;
-    (void)cudaGetLastError();
+        (void)cudaGetLastError();
+    }
     f = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
     fn.store(f, std::memory_order_release);
     tried.store(1, std::memory_order_release);
@@ -369,6 +370,16 @@ int run_bits(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq
     TMaps tm;
     if (!maps_of<BITS>(tm, g, xq, xm, nr)) return -1;
     const auto k = narrow_kernel<NMlx<BITS, SBK, GSH>, SBK, GSH>;
+    /* the kernel's machine code must be sm_90's: compiled for an older architecture (a
+     * CMAKE_CUDA_ARCHITECTURES override) its copies are traps (bulk.cuh); asked once */
+    static std::atomic<int> arch{0}; /* 0 unknown, 1 sm_90 or later, 2 older */
+    if (arch.load(std::memory_order_relaxed) == 0) {
+        cudaFuncAttributes fa;
+        const bool ok = cudaFuncGetAttributes(&fa, k) == cudaSuccess && fa.binaryVersion >= 90;
+        if (!ok) (void)cudaGetLastError();
+        arch.store(ok ? 1 : 2, std::memory_order_relaxed);
+    }
+    if (arch.load(std::memory_order_relaxed) != 1) return -1;
     const size_t smem = ALIGN_SLACK + rings_bytes<BITS>() + sb_group_bytes(g) +
                         (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
     if (ls::stage::smem_raise(k, (int)smem, have) != 0) return -1;
@@ -420,8 +431,9 @@ bool narrow_serves(int key, const Ctx &c, int64_t M) {
     const uint32_t sbz = c.sb_kind == 0 ? 4u : 2u;
     const bool sb_ok = c.ng >= 1 && (uint64_t)c.ng * sbz <= ls::narrow::SB_ROW_MAX &&
                        ((reinterpret_cast<uintptr_t>(c.sc) | reinterpret_cast<uintptr_t>(c.bi)) & (sbz - 1)) == 0;
+    /* the copies' coordinates are int32: rows and row bytes below 2^31 */
     return (key == 104 || key == 108) && M >= 1 && M <= MAXR && c.a16 && c.gshift >= 0 && c.gshift <= 2 &&
-           c.kw >= 1 && c.kw <= 4 && wb < (1ull << 32) && sb_ok;
+           c.kw >= 1 && c.kw <= 4 && wb < (1ull << 32) && c.row_bytes < (1ull << 31) && c.N < (1ll << 31) && sb_ok;
 }
 
 int narrow_launch(cudaStream_t st, const Ctx *c, float *const *y, int n, int key, const int8_t *xq, const Meta *xm,
