@@ -5,8 +5,7 @@
  * (fold_block: the two tile kernels run this one definition). The K order inside
  * a 32-element block: thread t4 = lane & 3 holds the block's plane words 2 t4 and 2 t4 + 1
  * (8 consecutive plane bytes) as its k-slices 4 t4 and 16 + 4 t4, for the weight codes (A)
- * and the activation planes (B) alike; any common permutation gives the same exact sum (the
- * narrow 8-bit kernel's pairs split a block differently: mmq_narrow.cu Round).
+ * and the activation planes (B) alike; any common permutation gives the same exact sum.
  * docs/cuda.md section 2a. */
 #ifndef LS_KERNELS_CUDA_MMQ_FRAG_CUH
 #define LS_KERNELS_CUDA_MMQ_FRAG_CUH
@@ -36,16 +35,6 @@ __device__ __forceinline__ void mma_k32(int (&c)[4], uint32_t a0, uint32_t a1, u
                      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
     }
-}
-
-/* C += A B over one m16n8k32 tile (A unsigned bytes): exact int32 sums, so how a block's sum
- * is split over products never shows (the narrow 8-bit kernel's half-masked pairs). */
-__device__ __forceinline__ void mma_k32u_acc(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* C = A B + C0 over one m16n8k16 tile (A unsigned bytes, B signed): the decoded tiles'

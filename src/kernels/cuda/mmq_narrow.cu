@@ -37,6 +37,7 @@
 namespace {
 
 using namespace ls::narrow;
+
 using ls::q::Ctx;
 
 #ifndef LS_NARROW_NS
@@ -70,19 +71,19 @@ struct TMaps { /* CUtensorMap: 64-byte aligned itself */
 };
 
 /* Fragment row g (0..7) of the m16 tile reads stage row sr(g) (and sr(g) + 8): the weight
- * row n0 + sr(g). 8-bit: with 128-byte rows swizzled by row % 8, the two rows a quarter warp's
- * 16-byte loads read (g = 2i, 2i + 1) must differ in bit 2 to land in distinct banks; 4-bit
- * (64-byte rows, 4-byte loads of 8 rows) needs no permutation. */
+ * row n0 + sr(g). 8-bit: with 128-byte rows swizzled by row % 8, the four rows a half warp's
+ * 8-byte loads read (g = 4i .. 4i + 3, both 16-byte pieces of one chunk each) must differ in
+ * bits 1-2 to land in distinct banks: rows 0, 2, 4, 6, then 1, 3, 5, 7; 4-bit (64-byte rows,
+ * 4-byte loads of 8 rows) needs no permutation. */
 template <int BITS>
 __device__ __forceinline__ int sr_of(int g) {
-    return BITS == 8 ? (g >> 1) | ((g & 1) << 2) : g;
+    return BITS == 8 ? ((g & 3) << 1) | (g >> 2) : g;
 }
 
-/* Thread (g, t4)'s offsets within its warp's stages. aw: 8-bit, its 16 bytes of pair 0 of
- * stage row sr (pair 1: aw ^ 64; row sr + 8: + 8 WB); 4-bit, its word of chunk 0 (chunk v:
- * aw ^ 16 v). ax: its B column's piece of chunk 0 (activation row g / 2, plane g % 2; 8-bit:
- * the pair piece, chunk t4 / 2, bytes 16 (t4 % 2); pair 1: + 128; 4-bit: chunk v + 64 v).
- * am: activation row t4's Meta of chunk 0. */
+/* Thread (g, t4)'s offsets within its warp's stages. aw: of stage row sr's chunk 0, 8-bit its
+ * 8 bytes at 8 t4 (chunk v: aw ^ 32 v), 4-bit its word at 4 t4 (chunk v: aw ^ 16 v); row
+ * sr + 8: + 8 WB. ax: its B column's 8 bytes at 8 t4 of chunk 0 (activation row g / 2, plane
+ * g % 2; chunk v: + 64 v). am: activation row t4's Meta of chunk 0. */
 struct Lds {
     uint32_t aw, ax, am;
 };
@@ -91,21 +92,16 @@ __device__ __forceinline__ Lds lds_of(int nr, int g, int t4) {
     Lds o;
     const int sr = sr_of<BITS>(g), gr = (g >> 1) < nr ? g >> 1 : nr - 1, mr = t4 < nr ? t4 : nr - 1;
     if (BITS == 8) { /* 128-byte swizzle: 16-byte piece c of row r at slot c ^ (r % 8) */
-        o.aw = (uint32_t)(sr * 128 + 16 * (t4 ^ (sr & 3)) + 64 * (sr >> 2));
-        o.ax = (uint32_t)(gr * LG * 64 + (t4 >> 1) * 64 + (g & 1) * 32 + 16 * (t4 & 1));
+        /* bytes 8 t4 of chunk v: piece 2 v + t4 / 2, at slot (2 v + t4 / 2) ^ sr */
+        o.aw = (uint32_t)(sr * 128 + 8 * (t4 & 1) + 16 * ((t4 >> 1) ^ (sr & 1)) + 32 * (sr >> 1));
     } else { /* 64-byte swizzle: piece c of row r at slot c ^ ((r / 2) % 4) */
         o.aw = (uint32_t)(sr * 64 + 16 * ((sr >> 1) & 3) + 4 * t4);
-        o.ax = (uint32_t)(gr * LG * 64 + (g & 1) * 32 + 8 * t4);
     }
+    o.ax = (uint32_t)(gr * LG * 64 + (g & 1) * 32 + 8 * t4);
     o.am = (uint32_t)(mr * LG * 16);
     return o;
 }
 
-__device__ __forceinline__ uint4 lds16(uint32_t a) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-    return v;
-}
 __device__ __forceinline__ uint2 lds8(uint32_t a) {
     uint2 v;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
@@ -117,23 +113,18 @@ __device__ __forceinline__ uint32_t lds4(uint32_t a) {
     return v;
 }
 
-/* A round in registers, read from its stage. 8-bit, in pairs: the round's LG chunks as LG / 2
- * pairs of consecutive chunks, of which thread (g, t4) holds 16 bytes at byte 16 t4 of each
- * 64-byte pair (chunk 2 p + t4 / 2, bytes 16 (t4 % 2) .. + 15) of its two rows and of its B
- * column's plane, so a quarter warp's shared load reads 128 distinct bytes (one-chunk
- * fragments, 8 bytes a thread, would take twice the loads; fold() splits each pair over four
- * half-masked products). 4-bit: a thread's word at byte 4 t4 of each chunk (nibbles of
- * elements 8 t4 .. 8 t4 + 7: the plane words 2 t4, 2 t4 + 1 of mmq_frag.cuh, which the
- * activations store in that order: QMlx4::IL) and its B words. Both: the scale and bias words
- * of its rows (load_sb) and activation row t4's dx and X a chunk (fold_sums). */
+/* A round in registers, read from its stage: for each chunk, thread (g, t4)'s share of its two
+ * weight rows in mmq_frag.cuh's k order (8-bit: its 8 codes at byte 8 t4; 4-bit: its word at
+ * byte 4 t4, the nibbles of elements 8 t4 .. 8 t4 + 7, which the activations store in that
+ * order: QMlx4::IL) and its B column's 8 plane bytes at 8 t4; the scale and bias words of its
+ * rows (load_sb) and activation row t4's dx and X (fold_sums). */
 template <class T>
 struct BRound {
     uint32_t s[2][T::NG], b[2][T::NG];
     float2 xm[LG];
-    uint4 q[2][LG / 2]; /* 8-bit: pair pieces of rows g, g + 8 */
-    uint4 xp[LG / 2];   /* 8-bit: B pair pieces */
+    uint2 w8[2][LG];    /* 8-bit: 8 bytes of each chunk of rows g, g + 8 */
     uint32_t w4[2][LG]; /* 4-bit: words of rows g, g + 8 */
-    uint2 xb[LG];       /* 4-bit: B words */
+    uint2 xb[LG];       /* B words (8 bytes of the plane) of each chunk */
 };
 
 /* Where a warp's stage s lives (shared addresses). */
@@ -173,11 +164,11 @@ __device__ __forceinline__ void read_stage(BRound<T> &r, const Ring &st, const L
     const int left = FULL ? LG : c.nch - ci0;
     if constexpr (T::WPC == 2) {
 #pragma unroll
-        for (int q = 0; q < LG / 2; q++) {
-            if (2 * q >= left) break;
+        for (int v = 0; v < LG; v++) {
+            if (v >= left) break;
 #pragma unroll
-            for (int k = 0; k < 2; k++) r.q[k][q] = lds16(st.w + ((o.aw ^ (uint32_t)(64 * q)) + (uint32_t)(k * 8 * 128)));
-            r.xp[q] = lds16(st.x + o.ax + (uint32_t)(128 * q));
+            for (int k = 0; k < 2; k++) r.w8[k][v] = lds8(st.w + ((o.aw ^ (uint32_t)(32 * v)) + (uint32_t)(k * 8 * 128)));
+            r.xb[v] = lds8(st.x + o.ax + (uint32_t)(64 * v));
         }
     } else {
 #pragma unroll
@@ -196,24 +187,17 @@ __device__ __forceinline__ void read_stage(BRound<T> &r, const Ring &st, const L
     }
 }
 
-/* Fold a round (chunks ci0 + v, below nch) into the lanes' partials la[v][k]. 8-bit: a pair's
- * chunk 2 q + h is the sum over the threads with t4 / 2 == h: mh (all ones when t4 / 2 == 0,
- * else zero) masks the others' B words, and the two products over a thread's 16 bytes (its
- * words 0, 1 as k-slices 4 t4 and 16 + 4 t4, then words 2, 3) add exactly in int32; pieces of
- * chunks past the row's end are zeros from the copy and never folded. 4-bit: the nibbles split
- * into the two planes, one product. */
+/* Fold a round (chunks ci0 + v, below nch) into the lanes' partials la[v][k]: one product a
+ * chunk (4-bit: the nibbles split into the two planes first); chunks past the row's end arrive
+ * as zeros and are never folded. */
 template <class T, int SBK, int GSH, bool FULL>
-__device__ __forceinline__ void fold(float (&la)[LG][2], const BRound<T> &r, const Ctx &c, int ci0, uint32_t mh) {
+__device__ __forceinline__ void fold(float (&la)[LG][2], const BRound<T> &r, const Ctx &c, int ci0) {
 #pragma unroll
     for (int v = 0; v < LG; v++) {
         if (!FULL && ci0 + v >= c.nch) break; /* uniform */
         int cc[4];
         if constexpr (T::WPC == 2) {
-            const int q = v >> 1;
-            const uint32_t m = (v & 1) ? ~mh : mh;
-            const uint4 &w0 = r.q[0][q], &w8 = r.q[1][q], &x = r.xp[q];
-            ls::mmq::mma_k32<true>(cc, w0.x, w8.x, w0.y, w8.y, x.x & m, x.y & m);
-            ls::mmq::mma_k32u_acc(cc, w0.z, w8.z, w0.w, w8.w, x.z & m, x.w & m);
+            ls::mmq::mma_k32<true>(cc, r.w8[0][v].x, r.w8[1][v].x, r.w8[0][v].y, r.w8[1][v].y, r.xb[v].x, r.xb[v].y);
         } else {
             uint32_t lo[2], hi[2];
 #pragma unroll
@@ -275,7 +259,6 @@ __device__ __forceinline__ void narrow_body(const TMaps &tm, int wi, const Ctx &
         if (cp.u0 < nu) next(cp, U, nch);
     ls::stage::cp_wait<0>(); /* this thread's scale copies */
     __syncthreads();         /* and every thread's */
-    const uint32_t mh = (t4 >> 1) ? 0u : ~0u;
     int s = 0;
     uint32_t ph = 0;
     while (p.u0 < nu) {
@@ -297,8 +280,8 @@ __device__ __forceinline__ void narrow_body(const TMaps &tm, int wi, const Ctx &
             if (lane == 0) issue<BITS>(st, tm, wi, n0, cp.ci0, true, true);
             next(cp, U, nch);
         }
-        if (full) fold<T, SBK, GSH, true>(la, r, c, p.ci0, mh);
-        else fold<T, SBK, GSH, false>(la, r, c, p.ci0, mh);
+        if (full) fold<T, SBK, GSH, true>(la, r, c, p.ci0);
+        else fold<T, SBK, GSH, false>(la, r, c, p.ci0);
         Pos q = p;
         next(q, U, nch);
         finish_group(la, red, p, q, nu, nr, sr, t4);
