@@ -47,8 +47,8 @@ __device__ __forceinline__ void expect(uint32_t bar, uint32_t bytes) {
  * outside the tensor arrive as zeros). */
 __device__ __forceinline__ void copy2d(uint32_t dst, const void *tm, int x, int y, uint32_t bar) {
 #ifdef LS_BULK_DEVICE
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                 "[%4];" ::"r"(dst),
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
                  "l"(reinterpret_cast<uint64_t>(tm)), "r"(x), "r"(y), "r"(bar)
                  : "memory");
 #else

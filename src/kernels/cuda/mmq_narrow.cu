@@ -102,17 +102,6 @@ __device__ __forceinline__ Lds lds_of(int nr, int g, int t4) {
     return o;
 }
 
-__device__ __forceinline__ uint2 lds8(uint32_t a) {
-    uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ uint32_t lds4(uint32_t a) {
-    uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
-    return v;
-}
-
 /* A round in registers, read from its stage: for each chunk, thread (g, t4)'s share of its two
  * weight rows in mmq_frag.cuh's k order (8-bit: its 8 codes at byte 8 t4; 4-bit: its word at
  * byte 4 t4, the nibbles of elements 8 t4 .. 8 t4 + 7, which the activations store in that
@@ -167,22 +156,24 @@ __device__ __forceinline__ void read_stage(BRound<T> &r, const Ring &st, const L
         for (int v = 0; v < LG; v++) {
             if (v >= left) break;
 #pragma unroll
-            for (int k = 0; k < 2; k++) r.w8[k][v] = lds8(st.w + ((o.aw ^ (uint32_t)(32 * v)) + (uint32_t)(k * 8 * 128)));
-            r.xb[v] = lds8(st.x + o.ax + (uint32_t)(64 * v));
+            for (int k = 0; k < 2; k++)
+                r.w8[k][v] = ls::stage::lds_u2(st.w + ((o.aw ^ (uint32_t)(32 * v)) + (uint32_t)(k * 8 * 128)));
+            r.xb[v] = ls::stage::lds_u2(st.x + o.ax + (uint32_t)(64 * v));
         }
     } else {
 #pragma unroll
         for (int v = 0; v < LG; v++) {
             if (v >= left) break;
 #pragma unroll
-            for (int k = 0; k < 2; k++) r.w4[k][v] = lds4(st.w + ((o.aw ^ (uint32_t)(16 * v)) + (uint32_t)(k * 8 * 64)));
-            r.xb[v] = lds8(st.x + o.ax + (uint32_t)(64 * v));
+            for (int k = 0; k < 2; k++)
+                r.w4[k][v] = ls::stage::lds_u32(st.w + ((o.aw ^ (uint32_t)(16 * v)) + (uint32_t)(k * 8 * 64)));
+            r.xb[v] = ls::stage::lds_u2(st.x + o.ax + (uint32_t)(64 * v));
         }
     }
 #pragma unroll
     for (int v = 0; v < LG; v++) {
         if (v >= left) break;
-        const uint2 m = lds8(st.m + o.am + (uint32_t)(16 * v));
+        const uint2 m = ls::stage::lds_u2(st.m + o.am + (uint32_t)(16 * v));
         r.xm[v] = make_float2(__uint_as_float(m.x), __uint_as_float(m.y));
     }
 }
@@ -330,8 +321,9 @@ bool encode(CUtensorMap *m, const void *p, uint64_t cols, uint64_t rows, uint64_
     if (!f) return false;
     const cuuint64_t dim[2] = {cols, rows}, str[1] = {stride};
     const cuuint32_t box[2] = {bx, by}, es[2] = {1, 1};
-    return f(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(p), dim, str, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return f(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(p), dim, str, box, es,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 template <int BITS>
@@ -441,7 +433,8 @@ int narrow_launch(cudaStream_t st, const Ctx *c, float *const *y, int n, int key
     /* tensor maps need 16-byte aligned bases and row strides: the weights (narrow_serves: a16)
      * and the activation blocks and their Meta (the scratch's layout; checked, not assumed) */
     if (((reinterpret_cast<uintptr_t>(xq) | reinterpret_cast<uintptr_t>(xm)) & 15u) != 0 || !tma_ok()) return -1;
-    return key == 108 ? launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr) : launch_for<Launch4>(st, g, nb, bf16, xq, xm, nr);
+    return key == 108 ? launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr)
+                      : launch_for<Launch4>(st, g, nb, bf16, xq, xm, nr);
 }
 
 } // namespace ls::mmq
