@@ -151,24 +151,17 @@ __device__ __forceinline__ void issue(const Ring &r, const TMaps &tm, int wi, in
 template <class T, bool FULL>
 __device__ __forceinline__ void read_stage(BRound<T> &r, const Ring &st, const Lds &o, const Ctx &c, int ci0) {
     const int left = FULL ? LG : c.nch - ci0;
-    if constexpr (T::WPC == 2) {
 #pragma unroll
-        for (int v = 0; v < LG; v++) {
-            if (v >= left) break;
+    for (int v = 0; v < LG; v++) {
+        if (v >= left) break;
 #pragma unroll
-            for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 2; k++) {
+            if constexpr (T::WPC == 2)
                 r.w8[k][v] = ls::stage::lds_u2(st.w + ((o.aw ^ (uint32_t)(32 * v)) + (uint32_t)(k * 8 * 128)));
-            r.xb[v] = ls::stage::lds_u2(st.x + o.ax + (uint32_t)(64 * v));
-        }
-    } else {
-#pragma unroll
-        for (int v = 0; v < LG; v++) {
-            if (v >= left) break;
-#pragma unroll
-            for (int k = 0; k < 2; k++)
+            else
                 r.w4[k][v] = ls::stage::lds_u32(st.w + ((o.aw ^ (uint32_t)(16 * v)) + (uint32_t)(k * 8 * 64)));
-            r.xb[v] = ls::stage::lds_u2(st.x + o.ax + (uint32_t)(64 * v));
         }
+        r.xb[v] = ls::stage::lds_u2(st.x + o.ax + (uint32_t)(64 * v));
     }
 #pragma unroll
     for (int v = 0; v < LG; v++) {
