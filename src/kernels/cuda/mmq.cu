@@ -228,6 +228,59 @@ struct QMlx8 {
     }
 };
 
+/* MLX 8-bit one-row rounds with coalesced weight loads (gemv_body, SPLIT). A round of a row
+ * is 32 chunks of 32 bytes, one per lane; loaded as one chunk a lane, each 16-byte load
+ * instruction of the warp touches 32 sectors and uses half of each, so the L2 -> SM path
+ * carries every weight byte twice. Here lane L loads the 16-byte pieces L and 32 + L of the
+ * round's 1 KB (halves L & 1 of chunks L / 2 and 16 + L / 2), forms the exact integer dot of
+ * each piece with the same activation half, and the pair sums reach the lane that owns the
+ * chunk (lane c: chunk c of the round) through shuffles. S is the same exact integer as
+ * acc_block's, and the lane folds it with its own chunk's scale, bias and Meta: the same f32
+ * steps on the same operands, so the same bits. Full rounds only (all 32 lanes). */
+struct Split8 {
+    static __device__ __forceinline__ void load(QMlx8::Raw &r, const Ctx &c, const uint8_t *row, const uint8_t *sc,
+                                                const uint8_t *bi, int ci, int lane) {
+        const uint8_t *p = row + 32 * ci - 16 * lane;
+        ldw16(r.q, p, 1);
+        ldw16(r.q + 4, p + 512, 1);
+        const int g = ci >> c.gshift;
+        r.s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
+        r.b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
+    }
+    /* activation halves of chunks rb + L / 2 and rb + 16 + L / 2 (half L & 1), and the Meta of
+     * the lane's own chunk ci */
+    struct X {
+        uint4 ha, la, hb, lb;
+        Meta m;
+    };
+    static __device__ __forceinline__ void load_x(X &x, const int8_t *xq, const Meta *xm, int ci, int lane) {
+        const int rb = ci - lane, h = lane & 1;
+        const uint4 *a = reinterpret_cast<const uint4 *>(xq + (int64_t)(rb + (lane >> 1)) * XB_BYTES);
+        const uint4 *b = reinterpret_cast<const uint4 *>(xq + (int64_t)(rb + 16 + (lane >> 1)) * XB_BYTES);
+        x.ha = __ldg(a + h), x.la = __ldg(a + 2 + h);
+        x.hb = __ldg(b + h), x.lb = __ldg(b + 2 + h);
+        const float4 m = __ldg(reinterpret_cast<const float4 *>(xm + ci));
+        x.m = Meta{m.x, m.y, __float_as_int(m.z), __float_as_int(m.w)};
+    }
+    static __device__ __forceinline__ int piece(const uint32_t *u, uint4 h, uint4 l) {
+        int sh = dp4a_us(u[0], h.x, 0), sl = dp4a_us(u[0], l.x, 0);
+        sh = dp4a_us(u[1], h.y, sh), sl = dp4a_us(u[1], l.y, sl);
+        sh = dp4a_us(u[2], h.z, sh), sl = dp4a_us(u[2], l.z, sl);
+        sh = dp4a_us(u[3], h.w, sh), sl = dp4a_us(u[3], l.w, sl);
+        return sh * 256 + sl;
+    }
+    static __device__ __forceinline__ float acc(float acc, const QMlx8::Raw &r, const Ctx &c, const X &x, int lane) {
+        const int pa = piece(r.q, x.ha, x.la), pb = piece(r.q + 4, x.hb, x.lb);
+        const int t1 = pa + __shfl_xor_sync(0xffffffffu, pa, 1);
+        const int t2 = pb + __shfl_xor_sync(0xffffffffu, pb, 1);
+        const int S = __shfl_sync(0xffffffffu, (lane & 1) ? t2 : t1, ((2 * lane) & 31) | (lane >> 4));
+        const float s = c.sb_kind == 0 ? __uint_as_float(r.s) : c.sb_kind == 1 ? f16f(r.s) : bf16f(r.s);
+        const float b = c.sb_kind == 0 ? __uint_as_float(r.b) : c.sb_kind == 1 ? f16f(r.b) : bf16f(r.b);
+        acc = fmaf(s * x.m.dx, (float)S, acc);
+        return fmaf(b, x.m.X, acc);
+    }
+};
+
 /* Q8_0: chunk = one block {f16 d; i8 q[32]} (34 bytes, 2-byte aligned); value d q. */
 struct QQ8_0 {
     static constexpr int XB = 1;
@@ -486,6 +539,15 @@ __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict_
     }
 }
 
+/* Whether gemv_body's main loop runs only full rounds of 32 chunks (its `lim`, below, a
+ * nonzero multiple of 32): the condition of the coalesced MLX 8-bit rounds (Split8). */
+__host__ __device__ __forceinline__ bool split_rounds(int nch, int W) {
+    const int full = nch & ~31, e = nch - full;
+    const bool tail = full > 0 && e > 0 && (W * e + 31) / 32 < W;
+    const int lim = tail ? full : nch;
+    return lim >= 32 && lim % 32 == 0;
+}
+
 /* gemv_body's tail: row i of the warp's rows from n0 (clamped as row_ptrs does),
  * chunk ci, into r. */
 template <class T>
@@ -509,7 +571,7 @@ __device__ __forceinline__ void gemv_tail_load(typename T::Raw &r, const Ctx &c,
  * no block barrier, warps finish independently. The same bits as mmq_body (the tests
  * compare them), fewer instructions per byte. The first chunk is requested before the PDL
  * wait: weights are never written by a step (pdl.cuh). */
-template <class T, int W, int KW>
+template <class T, int W, int KW, bool SPLIT = false>
 __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
                                           float *__restrict__ y, int64_t yb) {
     constexpr int U = 32 * KW, L = KW < 2 ? 2 : KW; /* L: unroll, a multiple of KW and of 2 buffers */
@@ -533,7 +595,12 @@ __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict
     typename T::Raw buf[2][W], pre;
     if (lane < nch) {
 #pragma unroll
-        for (int i = 0; i < W; i++) T::load(buf[0][i], c, rowp[i], scp[i], bip[i], lane);
+        for (int i = 0; i < W; i++) {
+            if constexpr (SPLIT)
+                Split8::load(buf[0][i], c, rowp[i], scp[i], bip[i], lane, lane);
+            else
+                T::load(buf[0][i], c, rowp[i], scp[i], bip[i], lane);
+        }
     }
     if (tail && lane < W * e) gemv_tail_load<T>(pre, c, n0, lane / e, full + lane % e); /* in flight all along */
     ls::pdl::enter();
@@ -549,17 +616,29 @@ __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict
             if (ci >= lim) break;
             if (ci + 32 < lim) {
 #pragma unroll
-                for (int i = 0; i < W; i++) T::load(buf[(s + 1) & 1][i], c, rowp[i], scp[i], bip[i], ci + 32);
+                for (int i = 0; i < W; i++) {
+                    if constexpr (SPLIT)
+                        Split8::load(buf[(s + 1) & 1][i], c, rowp[i], scp[i], bip[i], ci + 32, lane);
+                    else
+                        T::load(buf[(s + 1) & 1][i], c, rowp[i], scp[i], bip[i], ci + 32);
+                }
             }
-            XBlk xb[T::XB];
+            if constexpr (SPLIT) {
+                Split8::X xs;
+                Split8::load_x(xs, xq, xm, ci, lane);
 #pragma unroll
-            for (int b = 0; b < T::XB; b++) load_xblk(xb[b], xq, xm, (int64_t)ci * T::XB + b);
+                for (int i = 0; i < W; i++) acc[i][s % KW] = Split8::acc(acc[i][s % KW], buf[s & 1][i], c, xs, lane);
+            } else {
+                XBlk xb[T::XB];
 #pragma unroll
-            for (int i = 0; i < W; i++) {
-                typename T::Prep p;
-                prep_of<T>(p, buf[s & 1][i], c, ci);
+                for (int b = 0; b < T::XB; b++) load_xblk(xb[b], xq, xm, (int64_t)ci * T::XB + b);
 #pragma unroll
-                for (int b = 0; b < T::XB; b++) acc[i][s % KW] = T::acc_block(acc[i][s % KW], p, b, xb[b]);
+                for (int i = 0; i < W; i++) {
+                    typename T::Prep p;
+                    prep_of<T>(p, buf[s & 1][i], c, ci);
+#pragma unroll
+                    for (int b = 0; b < T::XB; b++) acc[i][s % KW] = T::acc_block(acc[i][s % KW], p, b, xb[b]);
+                }
             }
         }
     }
@@ -672,19 +751,19 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
 /* The one-row kernels (gemv_body): variant 1 = 4 rows per warp, 0 = mmq_body's RT = 1
  * compilation (ls_cuda_mmq_gemv_variant A/B-tests them; both give the same bits), KW the
  * weight's k-warps (kw_of) as a compile-time count. */
-template <class T, int W, int KW>
+template <class T, int W, int KW, bool SPLIT = false>
 __global__ void __launch_bounds__(32 * WARPS) gemv_kernel(const Ctx c, const int8_t *__restrict__ xq,
                                                           const Meta *__restrict__ xm, float *__restrict__ y) {
-    /* a16 is uniform (const_a16) */
+    /* a16 is uniform (const_a16); SPLIT kernels are launched for a16 weights only */
     if (const_a16<T> && c.a16) {
         Ctx a = c;
         a.a16 = 1;
-        gemv_body<T, W, KW>(a, xq, xm, y, blockIdx.y);
+        gemv_body<T, W, KW, SPLIT>(a, xq, xm, y, blockIdx.y);
     } else {
         gemv_body<T, W, KW>(c, xq, xm, y, blockIdx.y);
     }
 }
-template <class T, int W, int KW>
+template <class T, int W, int KW, bool SPLIT = false>
 __global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, const int8_t *__restrict__ xq,
                                                                 const Meta *__restrict__ xm) {
     int64_t yb = blockIdx.y;
@@ -694,7 +773,7 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, c
     if (const_a16<T> && c.a16) { /* const_a16 */
         Ctx a = c;
         a.a16 = 1;
-        gemv_body<T, W, KW>(a, xq, xm, y, yb);
+        gemv_body<T, W, KW, SPLIT>(a, xq, xm, y, yb);
     } else {
         gemv_body<T, W, KW>(c, xq, xm, y, yb);
     }
@@ -730,8 +809,26 @@ int64_t gemv_rows(int v, int kw) {
     return v == 1 ? 4 * WARPS : (int64_t)WR * (WARPS / kw);
 }
 
+/* The coalesced MLX 8-bit rounds (Split8) for weight c: 16-byte-aligned rows of one k-warp
+ * whose main loop runs full rounds only (H200, session 22: 21504 x 5376 39.0 -> 36.6 us,
+ * 5376 x 21504 34.0 -> 32.9; rows of 2 or 4 k-warps were not measured and keep the per-chunk
+ * loads). LS_SPLIT8_OFF: per-chunk loads everywhere (A/B runs, the same bits). */
+bool use_split(const Ctx &c, int W) {
+#ifdef LS_SPLIT8_OFF
+    return false && split_rounds(c.nch, W);
+#else
+    return c.a16 && c.kw == 1 && split_rounds(c.nch, W);
+#endif
+}
+
 template <class T, int W>
 void gemv_launch_w(cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, const Meta *xm, float *y) {
+    if constexpr (std::is_same<T, QMlx8>::value) {
+        if (use_split(c, W)) {
+            ls::pdl::launch(gemv_kernel<T, W, 1, true>, grid, 32 * WARPS, 0, st, c, xq, xm, y);
+            return;
+        }
+    }
     switch (c.kw) {
     case 1: ls::pdl::launch(gemv_kernel<T, W, 1>, grid, 32 * WARPS, 0, st, c, xq, xm, y); break;
     case 2: ls::pdl::launch(gemv_kernel<T, W, 2>, grid, 32 * WARPS, 0, st, c, xq, xm, y); break;
@@ -747,6 +844,14 @@ void gemv_launch(int v, cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *
 }
 template <class T, int W>
 void gemv_group_launch_w(cudaStream_t st, dim3 grid, const Group &g, const int8_t *xq, const Meta *xm) {
+    if constexpr (std::is_same<T, QMlx8>::value) {
+        bool split = true;
+        for (int i = 0; i < g.n; i++) split = split && use_split(g.c[i], W);
+        if (split) {
+            ls::pdl::launch(gemv_group_kernel<T, W, 1, true>, grid, 32 * WARPS, 0, st, g, xq, xm);
+            return;
+        }
+    }
     switch (g.c[0].kw) { /* a group shares K, so kw */
     case 1: ls::pdl::launch(gemv_group_kernel<T, W, 1>, grid, 32 * WARPS, 0, st, g, xq, xm); break;
     case 2: ls::pdl::launch(gemv_group_kernel<T, W, 2>, grid, 32 * WARPS, 0, st, g, xq, xm); break;
