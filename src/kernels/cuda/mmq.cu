@@ -539,12 +539,19 @@ __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict_
     }
 }
 
-/* Whether gemv_body's main loop runs only full rounds of 32 chunks (its `lim`, below, a
- * nonzero multiple of 32): the condition of the coalesced MLX 8-bit rounds (Split8). */
-__host__ __device__ __forceinline__ bool split_rounds(int nch, int W) {
+/* Whether gemv_body deals the tail chunks of rows of nch chunks (XB blocks each, W rows a
+ * warp) one to a lane, its main loop stopping at the last full round (gemv_body explains
+ * when). One definition for the kernel and for the host's choice of Split8 below.
+ * Compiled for the types of one block a chunk only: a Q4_K row's preloaded tail chunk took
+ * its kernels from 167 to 255 registers. */
+__host__ __device__ __forceinline__ bool gemv_tail(int nch, int W, int XB) {
     const int full = nch & ~31, e = nch - full;
-    const bool tail = full > 0 && e > 0 && (W * e + 31) / 32 < W;
-    const int lim = tail ? full : nch;
+    return XB == 1 && full > 0 && e > 0 && (W * e + 31) / 32 < W;
+}
+/* Whether that main loop runs only full rounds of 32 chunks (its end a nonzero multiple of
+ * 32): the condition of the coalesced MLX 8-bit rounds (Split8). */
+__host__ __device__ __forceinline__ bool split_rounds(int nch, int W) {
+    const int lim = gemv_tail(nch, W, 1) ? nch & ~31 : nch;
     return lim >= 32 && lim % 32 == 0;
 }
 
@@ -588,9 +595,7 @@ __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict
      * partial, read from and written back to `red` (the `if (tail)` block after the loop):
      * the same chunk sequence per virtual lane, so the same bits. */
     const int full = nch & ~31, e = nch - full;
-    /* uniform; compiled for the types of one block a chunk only: a Q4_K row's preloaded
-     * tail chunk took its kernels from 167 to 255 registers */
-    const bool tail = T::XB == 1 && full > 0 && e > 0 && (W * e + 31) / 32 < W;
+    const bool tail = gemv_tail(nch, W, T::XB); /* uniform */
     const int lim = tail ? full : nch;
     typename T::Raw buf[2][W], pre;
     if (lane < nch) {
