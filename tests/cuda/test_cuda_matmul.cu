@@ -35,7 +35,8 @@
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90,code=sm_90 -Xcompiler=-ffp-contract=off -I src -o build/test_cuda_matmul tests/cuda/test_cuda_matmul.cu src/kernels/cuda/matmul.cu build/cudatest/*.o -lm -lpthread
 // or against the library: nvcc ... tests/cuda/test_cuda_matmul.cu build/release/liblockstep.a -lcjson -lm -lpthread
 // Run: build/test_cuda_matmul [--quick] [--bench]   (--bench: LS_BENCH_ONLY=q4_k|q6_k|q8_0|mlx4|mlx8|bf16
-// and LS_BENCH_M=1|2|4|8|16|512 (or a list: 1,2,4) restrict it, e.g. to profile one launch with ncu; LS_BENCH_KW=124 runs every
+// and LS_BENCH_M=1|2|4|8|16|512 (or a list: 1,2,4) restrict it, e.g. to profile one launch with ncu;
+// LS_BENCH_NROWS=16|32: the narrow kernel's MLX 4-bit block rows; LS_BENCH_KW=124 runs every
 // call at 1, 2, then 4 k-warps: ls_cuda_mmq_kw_override, different bits, timing only)
 #include <cuda_runtime.h>
 #include <math.h>
@@ -332,12 +333,18 @@ bool test_case(const Case &c, bool quick) {
         }
         if (ok && nserve) {
             ls_cuda_mmq_policy(5);
-            for (int64_t M : {1, 2, 3, 4}) {
-                if (!ok || M > MX) break;
-                std::vector<float> y;
-                if (!run_mm(W, dx, M, dy, y, "narrow")) ok = false;
-                else cmp_rows(y, M, 0, "narrow-call kernel");
+            /* MLX 4-bit: blocks of one and of two m16 tiles a warp (mmq_narrow.cu rows_of) */
+            for (int rows : {16, 32}) {
+                if (rows == 32 && W.w.bits != 4) break;
+                ls_cuda_mmq_narrow_rows(rows);
+                for (int64_t M : {1, 2, 3, 4}) {
+                    if (!ok || M > MX) break;
+                    std::vector<float> y;
+                    if (!run_mm(W, dx, M, dy, y, "narrow")) ok = false;
+                    else cmp_rows(y, M, 0, rows == 32 ? "narrow-call kernel, 32-row blocks" : "narrow-call kernel");
+                }
             }
+            ls_cuda_mmq_narrow_rows(0);
         }
         /* and the dp4a kernel for every call (the default sends M <= 8 to the small one) */
         ls_cuda_mmq_policy(1);
@@ -468,11 +475,12 @@ bool test_group(const char *label, ls_type t, int bits) {
     bool ok = true;
     /* policy 0: the shape picks the dp4a, the small-M or the narrow-call kernel; 1: the dp4a
      * kernel at every M; 3: the small-M kernel at every M; 5: the narrow-call kernel where it
-     * serves (MLX, M <= 4) */
-    for (int pol : {0, 1, 3, 5})
+     * serves (MLX, M <= 4); 6: policy 5 with the narrow kernel's 32-row blocks (MLX 4-bit) */
+    for (int pol : {0, 1, 3, 5, 6})
     for (int64_t M : {1, 2, 3, 4, 5, 8, 12}) {
         if (!ok) break;
-        ls_cuda_mmq_policy(pol);
+        ls_cuda_mmq_policy(pol == 6 ? 5 : pol);
+        ls_cuda_mmq_narrow_rows(pol == 6 ? 32 : 0);
         std::vector<float> X((size_t)M * K);
         for (auto &v : X) v = frand();
         float *dx = up(X), *ys[3], *yg[3];
@@ -506,6 +514,7 @@ bool test_group(const char *label, ls_type t, int bits) {
         for (int i = 0; i < 3; i++) cudaFree(ys[i]), cudaFree(yg[i]);
     }
     ls_cuda_mmq_policy(0);
+    ls_cuda_mmq_narrow_rows(0);
     for (auto &w : W) free_weight(w);
     printf("%s grouped matmul %-8s == separate launches, M 1..12, every small-M kernel\n", ok ? "PASS" : "FAIL", label);
     return ok;
@@ -614,6 +623,8 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
     printf("%-10s %6lldx%-6lld %7.1f MB:", label, (long long)N, (long long)K, (wbytes + 2 * sbbytes) / 1e6);
     const char *kwo = getenv("LS_BENCH_KW"); /* e.g. "12": every call at kw 1, then at 2 */
     if (!kwo) kwo = "0";
+    const char *nrows = getenv("LS_BENCH_NROWS"); /* narrow kernel, MLX 4-bit: 16 or 32 rows a block */
+    if (nrows) ls_cuda_mmq_narrow_rows(atoi(nrows));
     for (const char *kp = kwo; *kp; kp++) {
         ls_cuda_mmq_kw_override(*kp - '0');
         if (kp != kwo) printf("\n  kw %c%*s", *kp, 24, "");

@@ -83,6 +83,10 @@ int ls_cuda_mmq_narrow_serves(const ls_weight *w, int64_t m);
 /* A/B runs: 0 keeps the shape's choice (policy 0) off the narrow-call kernel, 1 (the default)
  * lets it take MLX calls of 2..4 rows; the same bits. Returns the previous value. */
 int ls_cuda_mmq_narrow(int on);
+/* Tests and A/B runs: rows a block of the narrow-call kernel takes for MLX 4-bit calls (16: one
+ * m16 tile a warp, 32: two), 0 = the call's shape decides (mmq_narrow.cu rows_of); the same
+ * bits by construction. Returns the previous value, -1 for a bad one. Process-wide. */
+int ls_cuda_mmq_narrow_rows(int rows);
 /* Tests, benchmarks and A/B runs only: which compilation of the dp4a kernel's one-row path
  * serves M = 1 calls (mmq.cu: 0 = the general body, 1 = gemv_kernel, 4 weight rows
  * per warp, -1 = each type's default; the same bits by construction).

@@ -5,8 +5,9 @@
  * the mma kernels (mmq_common.cuh), so a row's bits do not depend on which of them ran.
  * docs/cuda.md section 2a; the order of a block's folds and its staged scales: mmq_narrow.cuh.
  *
- * A block owns 16 weight rows; each of its 4 warps keeps a private ring of NS shared-memory
- * stages, each holding one round (its lane group's 4 chunks of the 16 rows, the activation
+ * A block owns 16 weight rows (MLX 4-bit calls with enough rows: 32, two m16 tiles a warp that
+ * share each activation fragment, rows_of); each of its 4 warps keeps a private ring of NS
+ * shared-memory stages, each holding one round (its lane group's 4 chunks of the rows, the activation
  * blocks of those chunks and their Meta) as three 2-D tensor-map boxes that lane 0 requests
  * with one instruction each, completed on the stage's mbarrier. The warp folds one round while
  * NS - 1 are in flight, with no block barrier between the scales' copy and the join.
@@ -49,19 +50,20 @@ constexpr int NS = LS_NARROW_NS; /* stages a warp: NS - 1 rounds in flight while
  * chunks, WB bytes a row, swizzled by the copy engine: 128-byte rows for 8-bit, 64-byte for
  * 4-bit), the activation blocks (MAXR rows x LG blocks of 64 bytes) and their Meta (MAXR rows
  * x LG x 16 bytes). Rows past N or nr and chunks past the row's end arrive as zeros. */
-template <int BITS>
+template <int BITS, int R>
 struct BStage {
     static constexpr int CB = 4 * BITS; /* bytes per chunk and row */
     static constexpr int WB = LG * CB;  /* weight box row: 128 (8-bit) or 64 (4-bit) */
-    static constexpr int W = ROWS * WB, X = MAXR * LG * 64, M = MAXR * LG * 16;
+    static constexpr int W = R * WB, X = MAXR * LG * 64, M = MAXR * LG * 16;
     static constexpr uint32_t BYTES = W + X + M;
 };
 /* Shared memory of a block, from a 1024-byte aligned base (the 128-byte swizzle's period):
  * the warps' weight stages, activation stages, Meta stages, barriers (NS a warp); then the
  * staged scales and biases and the lanes' partials. */
-template <int BITS>
+template <int BITS, int R>
 __host__ __device__ constexpr int rings_bytes() {
-    return NW * NS * (BStage<BITS>::W + BStage<BITS>::X + BStage<BITS>::M) + ((NW * NS * 8 + 15) & ~15);
+    using S = BStage<BITS, R>;
+    return NW * NS * (S::W + S::X + S::M) + ((NW * NS * 8 + 15) & ~15);
 }
 constexpr int ALIGN_SLACK = 1024;
 
@@ -107,12 +109,13 @@ __device__ __forceinline__ Lds lds_of(int nr, int g, int t4) {
  * byte 4 t4, the nibbles of elements 8 t4 .. 8 t4 + 7, which the activations store in that
  * order: QMlx4::IL) and its B column's 8 plane bytes at 8 t4; the scale and bias words of its
  * rows (load_sb) and activation row t4's dx and X (fold_sums). */
-template <class T>
+template <class T, int R>
 struct BRound {
-    uint32_t s[2][T::NG], b[2][T::NG];
+    static constexpr int K = R / 8; /* stage rows sr + 8 k: tile k / 2, fragment row g + 8 (k % 2) */
+    uint32_t s[K][T::NG], b[K][T::NG];
     float2 xm[LG];
-    uint2 w8[2][LG];    /* 8-bit: 8 bytes of each chunk of rows g, g + 8 */
-    uint32_t w4[2][LG]; /* 4-bit: words of rows g, g + 8 */
+    uint2 w8[K][LG];    /* 8-bit: 8 bytes of each chunk of rows sr + 8 k */
+    uint32_t w4[K][LG]; /* 4-bit: words of rows sr + 8 k */
     uint2 xb[LG];       /* B words (8 bytes of the plane) of each chunk */
 };
 
@@ -120,9 +123,9 @@ struct BRound {
 struct Ring {
     uint32_t w, x, m, bar;
 };
-template <int BITS>
+template <int BITS, int R>
 __device__ __forceinline__ Ring ring_of(uint32_t base, int warp, int s) {
-    using S = BStage<BITS>;
+    using S = BStage<BITS, R>;
     const int i = warp * NS + s;
     Ring r;
     r.w = base + (uint32_t)(i * S::W);
@@ -135,9 +138,9 @@ __device__ __forceinline__ Ring ring_of(uint32_t base, int warp, int s) {
 /* The round at chunk ci0 into stage r, by lane 0: its bytes announced, then the weight box
  * (rows n0.., never written by a step: may run before the grid dependency wait) and / or the
  * activation boxes (after it). */
-template <int BITS>
+template <int BITS, int R>
 __device__ __forceinline__ void issue(const Ring &r, const TMaps &tm, int wi, int64_t n0, int ci0, bool w, bool x) {
-    using S = BStage<BITS>;
+    using S = BStage<BITS, R>;
     if (w) {
         ls::bulk::expect(r.bar, S::BYTES);
         ls::bulk::copy2d(r.w, &tm.w[wi], ci0 * S::CB, (int)n0, r.bar);
@@ -148,14 +151,14 @@ __device__ __forceinline__ void issue(const Ring &r, const TMaps &tm, int wi, in
     }
 }
 
-template <class T, bool FULL>
-__device__ __forceinline__ void read_stage(BRound<T> &r, const Ring &st, const Lds &o, const Ctx &c, int ci0) {
+template <class T, bool FULL, int R>
+__device__ __forceinline__ void read_stage(BRound<T, R> &r, const Ring &st, const Lds &o, const Ctx &c, int ci0) {
     const int left = FULL ? LG : c.nch - ci0;
 #pragma unroll
     for (int v = 0; v < LG; v++) {
         if (v >= left) break;
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < R / 8; k++) {
             if constexpr (T::WPC == 2)
                 r.w8[k][v] = ls::stage::lds_u2(st.w + ((o.aw ^ (uint32_t)(32 * v)) + (uint32_t)(k * 8 * 128)));
             else
@@ -174,28 +177,32 @@ __device__ __forceinline__ void read_stage(BRound<T> &r, const Ring &st, const L
 /* Fold a round (chunks ci0 + v, below nch) into the lanes' partials la[v][k]: one product a
  * chunk (4-bit: the nibbles split into the two planes first); chunks past the row's end arrive
  * as zeros and are never folded. */
-template <class T, int SBK, int GSH, bool FULL>
-__device__ __forceinline__ void fold(float (&la)[LG][2], const BRound<T> &r, const Ctx &c, int ci0) {
+template <class T, int SBK, int GSH, bool FULL, int R>
+__device__ __forceinline__ void fold(float (&la)[LG][R / 16][2], const BRound<T, R> &r, const Ctx &c, int ci0) {
 #pragma unroll
     for (int v = 0; v < LG; v++) {
         if (!FULL && ci0 + v >= c.nch) break; /* uniform */
-        int cc[4];
-        if constexpr (T::WPC == 2) {
-            ls::mmq::mma_k32<true>(cc, r.w8[0][v].x, r.w8[1][v].x, r.w8[0][v].y, r.w8[1][v].y, r.xb[v].x, r.xb[v].y);
-        } else {
-            uint32_t lo[2], hi[2];
 #pragma unroll
-            for (int k = 0; k < 2; k++) {
-                lo[k] = r.w4[k][v] & 0x0f0f0f0fu;
-                hi[k] = (r.w4[k][v] >> 4) & 0x0f0f0f0fu;
+        for (int t = 0; t < R / 16; t++) { /* the tiles share the chunk's B fragment */
+            int cc[4];
+            if constexpr (T::WPC == 2) {
+                ls::mmq::mma_k32<true>(cc, r.w8[2 * t][v].x, r.w8[2 * t + 1][v].x, r.w8[2 * t][v].y,
+                                       r.w8[2 * t + 1][v].y, r.xb[v].x, r.xb[v].y);
+            } else {
+                uint32_t lo[2], hi[2];
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    lo[k] = r.w4[2 * t + k][v] & 0x0f0f0f0fu;
+                    hi[k] = (r.w4[2 * t + k][v] >> 4) & 0x0f0f0f0fu;
+                }
+                ls::mmq::mma_k32<true>(cc, lo[0], lo[1], hi[0], hi[1], r.xb[v].x, r.xb[v].y);
             }
-            ls::mmq::mma_k32<true>(cc, lo[0], lo[1], hi[0], hi[1], r.xb[v].x, r.xb[v].y);
+            fold_sums<SBK, GSH>(la[v][t], cc, r, v, t, c);
         }
-        fold_sums<SBK, GSH>(la[v], cc, r, v, c);
     }
 }
 
-template <class T, int SBK, int GSH>
+template <class T, int SBK, int GSH, int R>
 __device__ __forceinline__ void narrow_body(const TMaps &tm, int wi, const Ctx &c, float *__restrict__ y, int64_t n0,
                                           int nr, uint8_t *smem_raw) {
     constexpr int BITS = T::WPC * 4;
@@ -205,26 +212,28 @@ __device__ __forceinline__ void narrow_body(const TMaps &tm, int wi, const Ctx &
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t base = (raw + (ALIGN_SLACK - 1)) & ~(uint32_t)(ALIGN_SLACK - 1);
     uint8_t *smem = smem_raw + (base - raw);
-    const uint8_t *sbm = smem + rings_bytes<BITS>();
-    float *red = reinterpret_cast<float *>(smem + rings_bytes<BITS>() + sb_bytes(sb_row_bytes(c)));
-    stage_sb(base + (uint32_t)rings_bytes<BITS>(), c, n0);
+    const uint8_t *sbm = smem + rings_bytes<BITS, R>();
+    float *red = reinterpret_cast<float *>(smem + rings_bytes<BITS, R>() + sb_bytes<R>(sb_row_bytes(c)));
+    stage_sb<R>(base + (uint32_t)rings_bytes<BITS, R>(), c, n0);
     if (lane == 0) {
 #pragma unroll
-        for (int s = 0; s < NS; s++) ls::bulk::bar_init(ring_of<BITS>(base, warp, s).bar, 1);
+        for (int s = 0; s < NS; s++) ls::bulk::bar_init(ring_of<BITS, R>(base, warp, s).bar, 1);
         ls::bulk::fence_init();
     }
     __syncwarp();
-    const SideSrc src = side_src(c, n0, sr);
+    const SideSrc<R> src = side_src<R>(c, n0, sr);
     const Lds o = lds_of<BITS>(nr, g, t4);
-    float la[LG][2];
+    float la[LG][R / 16][2];
 #pragma unroll
-    for (int v = 0; v < LG; v++) la[v][0] = la[v][1] = 0.0f;
+    for (int v = 0; v < LG; v++)
+#pragma unroll
+        for (int t = 0; t < R / 16; t++) la[v][t][0] = la[v][t][1] = 0.0f;
     Pos p{LG * warp, LG * warp}, cp = p;
     /* the first NS rounds' weights before the wait, their activations after it */
     if (lane == 0) {
 #pragma unroll
         for (int s = 0; s < NS; s++) {
-            if (cp.u0 < nu) issue<BITS>(ring_of<BITS>(base, warp, s), tm, wi, n0, cp.ci0, true, false);
+            if (cp.u0 < nu) issue<BITS, R>(ring_of<BITS, R>(base, warp, s), tm, wi, n0, cp.ci0, true, false);
             if (cp.u0 < nu) next(cp, U, nch);
         }
     }
@@ -233,7 +242,7 @@ __device__ __forceinline__ void narrow_body(const TMaps &tm, int wi, const Ctx &
         Pos ap = p;
 #pragma unroll
         for (int s = 0; s < NS; s++) {
-            if (ap.u0 < nu) issue<BITS>(ring_of<BITS>(base, warp, s), tm, wi, n0, ap.ci0, false, true);
+            if (ap.u0 < nu) issue<BITS, R>(ring_of<BITS, R>(base, warp, s), tm, wi, n0, ap.ci0, false, true);
             if (ap.u0 < nu) next(ap, U, nch);
         }
     }
@@ -246,29 +255,29 @@ __device__ __forceinline__ void narrow_body(const TMaps &tm, int wi, const Ctx &
     int s = 0;
     uint32_t ph = 0;
     while (p.u0 < nu) {
-        const Ring st = ring_of<BITS>(base, warp, s);
+        const Ring st = ring_of<BITS, R>(base, warp, s);
         ls::bulk::wait(st.bar, ph);
-        BRound<T> r;
+        BRound<T, R> r;
         const bool full = nch - p.ci0 >= LG;
         if (full) {
-            read_stage<T, true>(r, st, o, c, p.ci0);
+            read_stage<T, true, R>(r, st, o, c, p.ci0);
             load_sb<T, true>(r, src, c, sbm, p.ci0);
         } else {
-            read_stage<T, false>(r, st, o, c, p.ci0);
+            read_stage<T, false, R>(r, st, o, c, p.ci0);
             load_sb<T, false>(r, src, c, sbm, p.ci0);
         }
         /* the stage is free once every lane's reads are done: refill it NS rounds ahead */
         ls::bulk::fence_reads();
         __syncwarp();
         if (cp.u0 < nu) {
-            if (lane == 0) issue<BITS>(st, tm, wi, n0, cp.ci0, true, true);
+            if (lane == 0) issue<BITS, R>(st, tm, wi, n0, cp.ci0, true, true);
             next(cp, U, nch);
         }
-        if (full) fold<T, SBK, GSH, true>(la, r, c, p.ci0);
-        else fold<T, SBK, GSH, false>(la, r, c, p.ci0);
+        if (full) fold<T, SBK, GSH, true, R>(la, r, c, p.ci0);
+        else fold<T, SBK, GSH, false, R>(la, r, c, p.ci0);
         Pos q = p;
         next(q, U, nch);
-        finish_group(la, red, p, q, nu, nr, sr, t4);
+        finish_group<R>(la, red, p, q, nu, nr, sr, t4);
         p = q;
         if (++s == NS) {
             s = 0;
@@ -276,16 +285,16 @@ __device__ __forceinline__ void narrow_body(const TMaps &tm, int wi, const Ctx &
         }
     }
     __syncthreads();
-    join_lanes(red, c, y, n0, nu, nr);
+    join_lanes<R>(red, c, y, n0, nu, nr);
 }
 
-template <class T, int SBK, int GSH>
+template <class T, int SBK, int GSH, int R>
 __global__ void __launch_bounds__(32 * NW, 4)
     narrow_kernel(const __grid_constant__ TMaps tm, const NarrowGroup ng, int nr) {
     extern __shared__ __align__(16) uint8_t smem[];
     int64_t n0;
-    const int wi = pick_block(ng, n0);
-    narrow_body<T, SBK, GSH>(tm, wi, ng.c[wi], ng.y[wi], n0, nr, smem); /* calls ls::pdl::enter() */
+    const int wi = pick_block<R>(ng, n0);
+    narrow_body<T, SBK, GSH, R>(tm, wi, ng.c[wi], ng.y[wi], n0, nr, smem); /* calls ls::pdl::enter() */
 }
 
 /* cuTensorMapEncodeTiled from the driver, looked up once (no link against libcuda). */
@@ -319,12 +328,12 @@ bool encode(CUtensorMap *m, const void *p, uint64_t cols, uint64_t rows, uint64_
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BITS>
+template <int BITS, int R>
 bool maps_of(TMaps &tm, const NarrowGroup &g, const int8_t *xq, const ls::mmq::Meta *xm, int nr) {
-    using S = BStage<BITS>;
+    using S = BStage<BITS, R>;
     const CUtensorMapSwizzle sw = BITS == 8 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
     for (int i = 0; i < g.n; i++)
-        if (!encode(&tm.w[i], g.c[i].w, g.c[i].row_bytes, (uint64_t)g.c[i].N, g.c[i].row_bytes, S::WB, ROWS, sw))
+        if (!encode(&tm.w[i], g.c[i].w, g.c[i].row_bytes, (uint64_t)g.c[i].N, g.c[i].row_bytes, S::WB, R, sw))
             return false;
     const uint64_t nbk = (uint64_t)(g.c[0].K / ls::mmq::QB);
     return encode(&tm.x, xq, nbk * ls::mmq::XB_BYTES, (uint64_t)nr, nbk * ls::mmq::XB_BYTES, LG * ls::mmq::XB_BYTES,
@@ -332,12 +341,12 @@ bool maps_of(TMaps &tm, const NarrowGroup &g, const int8_t *xq, const ls::mmq::M
            encode(&tm.m, xm, nbk * 16, (uint64_t)nr, nbk * 16, LG * 16, MAXR, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-template <int BITS, int SBK, int GSH>
+template <int BITS, int SBK, int GSH, int R>
 int run_bits(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm, int nr) {
     static std::atomic<int> have[32];
     TMaps tm;
-    if (!maps_of<BITS>(tm, g, xq, xm, nr)) return -1;
-    const auto k = narrow_kernel<NMlx<BITS, SBK, GSH>, SBK, GSH>;
+    if (!maps_of<BITS, R>(tm, g, xq, xm, nr)) return -1;
+    const auto k = narrow_kernel<NMlx<BITS, SBK, GSH>, SBK, GSH, R>;
     /* the kernel's machine code must be sm_90's: compiled for an older architecture (a
      * CMAKE_CUDA_ARCHITECTURES override) its copies are traps (bulk.cuh); asked once */
     static std::atomic<int> arch{0}; /* 0 unknown, 1 sm_90 or later, 2 older */
@@ -348,8 +357,8 @@ int run_bits(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq
         arch.store(ok ? 1 : 2, std::memory_order_relaxed);
     }
     if (arch.load(std::memory_order_relaxed) != 1) return -1;
-    const size_t smem = ALIGN_SLACK + rings_bytes<BITS>() + sb_group_bytes(g) +
-                        (size_t)lanes_of(g.c[0]) * ROWS * nr * sizeof(float);
+    const size_t smem = ALIGN_SLACK + rings_bytes<BITS, R>() + sb_group_bytes<R>(g) +
+                        (size_t)lanes_of(g.c[0]) * R * nr * sizeof(float);
     if (ls::stage::smem_raise(k, (int)smem, have) != 0) return -1;
     const cudaError_t e = ls::pdl::launch(k, dim3((unsigned)nb), 32 * NW, smem, st, tm, g, nr);
     if (e != cudaSuccess) (void)cudaGetLastError();
@@ -359,14 +368,21 @@ template <int SBK, int GSH>
 struct Launch8 {
     static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm,
                    int nr) {
-        return run_bits<8, SBK, GSH>(st, g, nb, xq, xm, nr);
+        return run_bits<8, SBK, GSH, ROWS>(st, g, nb, xq, xm, nr);
     }
 };
 template <int SBK, int GSH>
 struct Launch4 {
     static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm,
                    int nr) {
-        return run_bits<4, SBK, GSH>(st, g, nb, xq, xm, nr);
+        return run_bits<4, SBK, GSH, ROWS>(st, g, nb, xq, xm, nr);
+    }
+};
+template <int SBK, int GSH>
+struct Launch4R32 {
+    static int run(cudaStream_t st, const NarrowGroup &g, int64_t nb, const int8_t *xq, const ls::mmq::Meta *xm,
+                   int nr) {
+        return run_bits<4, SBK, GSH, 2 * ROWS>(st, g, nb, xq, xm, nr);
     }
 };
 
@@ -386,6 +402,26 @@ bool tma_ok() {
         tma_dev[dev].store(v, std::memory_order_relaxed);
     }
     return v == 1;
+}
+
+/* Rows a block of a group's call (the same bits either way: a row's chunks, sums and f32
+ * steps do not depend on its block). MLX 4-bit calls whose 32-row blocks still number at least
+ * R32_MIN_BLOCKS (two an SM of a 132-SM H200: q / k / v of the 31B, not its 5376-row o) take
+ * two m16 tiles a warp: each activation box then serves twice the weight bytes (for 4-bit
+ * weights a 16-row box is as large as the activation box it is multiplied with). */
+#ifndef LS_NARROW_R32
+#define LS_NARROW_R32 1
+#endif
+constexpr int64_t R32_MIN_BLOCKS = 256;
+std::atomic<int> g_rows{0}; /* ls_cuda_mmq_narrow_rows: 0 = the rule below, else 16 or 32 */
+int rows_of(int key, const Ctx *c, int n) {
+    if (key != 104) return ROWS;
+    const int f = g_rows.load(std::memory_order_relaxed);
+    if (f) return f;
+    if (!LS_NARROW_R32) return ROWS;
+    int64_t nb = 0;
+    for (int i = 0; i < n; i++) nb += (c[i].N + 2 * ROWS - 1) / (2 * ROWS);
+    return nb >= R32_MIN_BLOCKS ? 2 * ROWS : ROWS;
 }
 
 } // namespace
@@ -411,13 +447,14 @@ int narrow_launch(cudaStream_t st, const Ctx *c, float *const *y, int n, int key
     g.n = n;
     int64_t nb = 0;
     bool bf16 = true;
+    const int R = rows_of(key, c, n);
     for (int i = 0; i < n; i++) {
         if (!narrow_serves(key, c[i], M) || c[i].gshift != c[0].gshift || c[i].nch != c[0].nch ||
             c[i].kw != c[0].kw)
             return -1;
         g.c[i] = c[i];
         g.y[i] = y[i];
-        g.nb[i] = (c[i].N + ROWS - 1) / ROWS;
+        g.nb[i] = (c[i].N + R - 1) / R;
         nb += g.nb[i];
         bf16 = bf16 && c[i].sb_kind == 2;
     }
@@ -426,8 +463,14 @@ int narrow_launch(cudaStream_t st, const Ctx *c, float *const *y, int n, int key
     /* tensor maps need 16-byte aligned bases and row strides: the weights (narrow_serves: a16)
      * and the activation blocks and their Meta (the scratch's layout; checked, not assumed) */
     if (((reinterpret_cast<uintptr_t>(xq) | reinterpret_cast<uintptr_t>(xm)) & 15u) != 0 || !tma_ok()) return -1;
-    return key == 108 ? launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr)
-                      : launch_for<Launch4>(st, g, nb, bf16, xq, xm, nr);
+    if (key == 108) return launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr);
+    if (R == ROWS) return launch_for<Launch4>(st, g, nb, bf16, xq, xm, nr);
+    return launch_for<Launch4R32>(st, g, nb, bf16, xq, xm, nr);
 }
 
 } // namespace ls::mmq
+
+extern "C" int ls_cuda_mmq_narrow_rows(int rows) {
+    if (rows != 0 && rows != ROWS && rows != 2 * ROWS) return -1;
+    return g_rows.exchange(rows);
+}

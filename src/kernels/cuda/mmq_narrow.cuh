@@ -3,12 +3,13 @@
  * same expressions as every other integer kernel (mmq_common.cuh), so a row's bits do not
  * depend on which of them ran.
  *
- * Order (mmq_common.cuh): a block owns 16 weight rows; its NW warps take the virtual lanes in
- * groups of LG consecutive ones (warp w: groups w, w + NW, ..); a group's round r holds the
- * chunks u0 + r U .. u0 + r U + LG - 1 (one per lane, contiguous in the row), each folded into
- * its lane's f32 (starting at 0) in increasing r. After a group's last round its partials go to
- * shared memory; after the block's barrier one thread per output adds the lanes' partials in
- * lane order (the first lane starts the total). */
+ * Order (mmq_common.cuh): a block owns R = 16 or 32 weight rows (one or two m16 tiles a warp:
+ * mmq_narrow.cu rows_of; the order below is per output, so R never shows in the bits); its NW
+ * warps take the virtual lanes in groups of LG consecutive ones (warp w: groups w, w + NW,
+ * ..); a group's round r holds the chunks u0 + r U .. u0 + r U + LG - 1 (one per lane,
+ * contiguous in the row), each folded into its lane's f32 (starting at 0) in increasing r.
+ * After a group's last round its partials go to shared memory; after the block's barrier one
+ * thread per output adds the lanes' partials in lane order (the first lane starts the total). */
 #pragma once
 
 #include <stdint.h>
@@ -29,7 +30,7 @@ using ls::q::Ctx;
 /* 4 warps a block, each folding two lane groups of a 32-lane row: against 8 warps (one group
  * each) a 31B verify block of 4 took 15.0 ms instead of 16.1-16.6 (H200, session 17) */
 constexpr int NW = 4;    /* warps per block */
-constexpr int ROWS = 16; /* weight rows per block: one m16 tile */
+constexpr int ROWS = 16; /* weight rows of one m16 tile; a block has R = 16 or 32 (R / 16 tiles a warp) */
 constexpr int LG = 4;    /* consecutive virtual lanes a warp folds in one round */
 constexpr int MAXR = 4;  /* activation rows: both planes of each fill the n8 tile */
 
@@ -63,12 +64,15 @@ __host__ __device__ inline uint32_t sb_row_bytes(const Ctx &c) {
 __host__ __device__ constexpr uint32_t sb_stride(uint32_t rb) {
     return rb % 16 != 0 || (rb / 16) % 2 != 0 ? rb : rb + 16;
 }
-/* bytes of one region (either layout: the padded rows, or the span plus its 4-byte rounding) */
+/* bytes of one region for R rows (either layout: the padded rows, or the span plus its
+ * 4-byte rounding) */
+template <int R>
 __host__ __device__ constexpr uint32_t sb_region(uint32_t rb) {
-    return (ROWS * sb_stride(rb) + 16 + 15) & ~15u;
+    return (R * sb_stride(rb) + 16 + 15) & ~15u;
 }
+template <int R>
 __host__ __device__ constexpr uint32_t sb_bytes(uint32_t rb) {
-    return 2 * sb_region(rb);
+    return 2 * sb_region<R>(rb);
 }
 constexpr uint32_t SB_ROW_MAX = 4096; /* narrow_serves: at most sb_bytes(4096) bytes staged */
 
@@ -90,16 +94,17 @@ __device__ __forceinline__ SbGeom sb_geom(const Ctx &c, int64_t n0) {
     return q;
 }
 
-/* Copy the block's scale and bias rows (rows n0 .. n0 + 15 below N) to shared address dst by
- * cp.async, one commit group. Never written by a step: the copy may be issued before the grid
- * dependency wait. */
+/* Copy the block's scale and bias rows (rows n0 .. n0 + R - 1 below N) to shared address dst
+ * by cp.async, one commit group. Never written by a step: the copy may be issued before the
+ * grid dependency wait. */
+template <int R>
 __device__ __forceinline__ void stage_sb(uint32_t dst, const Ctx &c, int64_t n0) {
     const SbGeom q = sb_geom(c, n0);
-    const uint32_t nrows = (uint32_t)(c.N - n0 < ROWS ? c.N - n0 : ROWS);
+    const uint32_t nrows = (uint32_t)(c.N - n0 < R ? c.N - n0 : R);
 #pragma unroll
     for (int a = 0; a < 2; a++) {
         const uint8_t *src = (a ? c.bi : c.sc) + (uint64_t)n0 * q.rb;
-        const uint32_t d = dst + (uint32_t)a * sb_region(q.rb);
+        const uint32_t d = dst + (uint32_t)a * sb_region<R>(q.rb);
         if (q.rows) { /* 16-byte pieces, row by row */
             const uint32_t pr = q.rb / 16;
             for (uint32_t p = threadIdx.x; p < nrows * pr; p += blockDim.x) {
@@ -121,33 +126,36 @@ __device__ __forceinline__ void stage_sb(uint32_t dst, const Ctx &c, int64_t n0)
 }
 
 /* Where this thread's scale and bias loads come from: byte offsets into the block's staged
- * scales for its output rows r, r + 8 (clamped to the block's real rows), and the distance
- * from there to the biases. 32-bit: kept in registers, not a 64-bit pointer each. */
+ * scales for its output rows r + 8 k, k < R / 8 (clamped to the block's real rows), and the
+ * distance from there to the biases. 32-bit: kept in registers, not a 64-bit pointer each. */
+template <int R>
 struct SideSrc {
-    uint32_t sb[2]; /* the staged scales of rows r, r + 8 */
+    static constexpr int K = R / 8;
+    uint32_t sb[K]; /* the staged scales of rows r + 8 k */
     uint32_t bo;    /* the biases: sb + bo */
 };
 
-__device__ __forceinline__ SideSrc side_src(const Ctx &c, int64_t n0, int r) {
-    SideSrc s;
+template <int R>
+__device__ __forceinline__ SideSrc<R> side_src(const Ctx &c, int64_t n0, int r) {
+    SideSrc<R> s;
     const SbGeom q = sb_geom(c, n0);
-    const int last = (int)(c.N - n0 < ROWS ? c.N - n0 : ROWS) - 1;
+    const int last = (int)(c.N - n0 < R ? c.N - n0 : R) - 1;
 #pragma unroll
-    for (int k = 0; k < 2; k++) s.sb[k] = q.dl[0] + (uint32_t)(r + 8 * k <= last ? r + 8 * k : last) * q.S;
-    s.bo = sb_region(q.rb) + q.dl[1] - q.dl[0];
+    for (int k = 0; k < R / 8; k++) s.sb[k] = q.dl[0] + (uint32_t)(r + 8 * k <= last ? r + 8 * k : last) * q.S;
+    s.bo = sb_region<R>(q.rb) + q.dl[1] - q.dl[0];
     return s;
 }
 
 /* The scale and bias loads of the round at chunk ci0 from the staged rows at sbm (shared
  * memory, complete: stage_sb's group waited for and the block synchronized); chunks past the
  * row's end are not loaded. */
-template <class T, bool FULL, class R>
-__device__ __forceinline__ void load_sb(R &r, const SideSrc &p, const Ctx &c, const uint8_t *sbm, int ci0) {
+template <class T, bool FULL, class R, int RB>
+__device__ __forceinline__ void load_sb(R &r, const SideSrc<RB> &p, const Ctx &c, const uint8_t *sbm, int ci0) {
     const int left = FULL ? LG : c.nch - ci0;
     const int kind = T::SB == 3 ? c.sb_kind : T::SB;
     const uint32_t go = (uint32_t)(ci0 >> T::GS) * (kind == 0 ? 4u : 2u);
 #pragma unroll
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < RB / 8; k++) {
         const uint8_t *s = sbm + (p.sb[k] + go), *b = s + p.bo;
 #pragma unroll
         for (int j = 0; j < T::NG; j++) {
@@ -164,17 +172,18 @@ __device__ __forceinline__ float sb_float(uint32_t v, const Ctx &c) {
     return k == 0 ? __uint_as_float(v) : k == 1 ? ls::q::f16f(v) : ls::q::bf16f(v);
 }
 
-/* Fold chunk v of a round, given its exact sums cc (an m16n8k32 C fragment: hi and lo plane
- * sums of activation row t4 against this thread's two weight rows r, r + 8), into the lanes'
- * partials la[k] (output row r + 8 k, activation row t4): mmq_small.cu fold1's paired-plane expressions for MLX. R: a
- * round's registers (the scale and bias words s, b and the activation metadata xm). */
+/* Fold chunk v of a round, given its exact sums cc (an m16n8k32 C fragment of tile t: hi and
+ * lo plane sums of activation row t4 against this thread's two weight rows 16 t + r, 16 t + r
+ * + 8), into the lanes' partials la[k] (output row 16 t + r + 8 k, activation row t4):
+ * mmq_small.cu fold1's paired-plane expressions for MLX. R: a round's registers (the scale and
+ * bias words s, b of rows r + 8 k', k' = 2 t + k, and the activation metadata xm). */
 template <int SBK, int GSH, class R>
-__device__ __forceinline__ void fold_sums(float (&la)[2], const int (&cc)[4], const R &r, int v, const Ctx &c) {
+__device__ __forceinline__ void fold_sums(float (&la)[2], const int (&cc)[4], const R &r, int v, int t, const Ctx &c) {
     const int j = GSH >= 2 ? 0 : v >> GSH;
 #pragma unroll
     for (int k = 0; k < 2; k++) {
         const int S = cc[2 * k] * 256 + cc[2 * k + 1];
-        const float a = sb_float<SBK>(r.s[k][j], c), b = sb_float<SBK>(r.b[k][j], c);
+        const float a = sb_float<SBK>(r.s[2 * t + k][j], c), b = sb_float<SBK>(r.b[2 * t + k][j], c);
         const float acc = fmaf(a * r.xm[v].x, (float)S, la[k]);
         la[k] = fmaf(b, r.xm[v].y, acc);
     }
@@ -191,36 +200,42 @@ __device__ __forceinline__ void next(Pos &p, int U, int nch) {
     }
 }
 
-/* A lane group done (the walk moved from p to q): its partials (output rows r, r + 8) to
- * red[lane][row][column], the registers cleared for the next group. */
-__device__ __forceinline__ void finish_group(float (&la)[LG][2], float *red, const Pos &p, const Pos &q, int nu,
-                                             int nr, int r, int t4) {
+/* A lane group done (the walk moved from p to q): its partials (output rows 16 t + r + 8 k of
+ * the R / 16 tiles) to red[lane][row][column], the registers cleared for the next group. */
+template <int R>
+__device__ __forceinline__ void finish_group(float (&la)[LG][R / 16][2], float *red, const Pos &p, const Pos &q,
+                                             int nu, int nr, int r, int t4) {
     if (q.u0 == p.u0) return;
 #pragma unroll
     for (int v = 0; v < LG; v++) {
         const int u = p.u0 + v;
-        if (u < nu && t4 < nr) {
-            red[(u * ROWS + r) * nr + t4] = la[v][0];
-            red[(u * ROWS + r + 8) * nr + t4] = la[v][1];
+#pragma unroll
+        for (int t = 0; t < R / 16; t++) {
+            if (u < nu && t4 < nr) {
+                red[(u * R + 16 * t + r) * nr + t4] = la[v][t][0];
+                red[(u * R + 16 * t + r + 8) * nr + t4] = la[v][t][1];
+            }
+            la[v][t][0] = la[v][t][1] = 0.0f;
         }
-        la[v][0] = la[v][1] = 0.0f;
     }
 }
 
-/* After the block's barrier: one thread per output adds the nu lanes' partials in lane order. */
+/* After the block's barrier: one thread per output adds the nu lanes' partials in lane order
+ * (R rows x nr columns: at most 32 x 4 = the block's 128 threads). */
+template <int R>
 __device__ __forceinline__ void join_lanes(const float *red, const Ctx &c, float *__restrict__ y, int64_t n0, int nu,
                                            int nr) {
     const int t = threadIdx.x;
-    if (t < ROWS * nr) {
+    if (t < R * nr) {
         const int row = t / nr, col = t % nr;
         float tot = red[row * nr + col];
-        for (int u = 1; u < nu; u++) tot = tot + red[(u * ROWS + row) * nr + col];
+        for (int u = 1; u < nu; u++) tot = tot + red[(u * R + row) * nr + col];
         const int64_t n = n0 + row;
         if (n < c.N) y[(int64_t)col * c.N + n] = tot;
     }
 }
 
-/* Up to GMAX weights of one type and K on the same activation rows: the 16-row blocks of
+/* Up to GMAX weights of one type and K on the same activation rows: the R-row blocks of
  * weight 0, then of weight 1, .. (a weight's rows get the body of its own launch). */
 constexpr int GMAX = 3;
 struct NarrowGroup {
@@ -232,17 +247,19 @@ struct NarrowGroup {
 
 /* The staged scale bytes a group's blocks need: the most of its weights' (their scale kinds may
  * differ). */
+template <int R>
 inline size_t sb_group_bytes(const NarrowGroup &g) {
     uint32_t m = 0;
     for (int i = 0; i < g.n; i++) {
-        const uint32_t b = sb_bytes(sb_row_bytes(g.c[i]));
+        const uint32_t b = sb_bytes<R>(sb_row_bytes(g.c[i]));
         m = b > m ? b : m;
     }
     return m;
 }
 
-/* A block's weight (the index returned) and first row n0: blockIdx.x over the group's 16-row
+/* A block's weight (the index returned) and first row n0: blockIdx.x over the group's R-row
  * blocks. */
+template <int R>
 __device__ __forceinline__ int pick_block(const NarrowGroup &ng, int64_t &n0) {
     int64_t yb = blockIdx.x;
     int wi = 0;
@@ -254,7 +271,7 @@ __device__ __forceinline__ int pick_block(const NarrowGroup &ng, int64_t &n0) {
             wi = 2;
         }
     }
-    n0 = yb * ROWS;
+    n0 = yb * R;
     return wi;
 }
 
