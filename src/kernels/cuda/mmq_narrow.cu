@@ -46,7 +46,7 @@ using ls::q::Ctx;
 #endif
 constexpr int NS = LS_NARROW_NS; /* stages a warp: NS - 1 rounds in flight while it folds one */
 
-/* A stage holds one round, as three tensor-map boxes: the weights (16 rows x the round's LG
+/* A stage holds one round, as three tensor-map boxes: the weights (R rows x the round's LG
  * chunks, WB bytes a row, swizzled by the copy engine: 128-byte rows for 8-bit, 64-byte for
  * 4-bit), the activation blocks (MAXR rows x LG blocks of 64 bytes) and their Meta (MAXR rows
  * x LG x 16 bytes). Rows past N or nr and chunks past the row's end arrive as zeros. */
@@ -414,6 +414,18 @@ bool tma_ok() {
 #endif
 constexpr int64_t R32_MIN_BLOCKS = 256;
 std::atomic<int> g_rows{0}; /* ls_cuda_mmq_narrow_rows: 0 = the rule below, else 16 or 32 */
+bool rows_forced() {
+    return g_rows.load(std::memory_order_relaxed) != 0;
+}
+/* The group's blocks of R rows, each weight's count set in g.nb. */
+int64_t blocks_of(NarrowGroup &g, int R) {
+    int64_t nb = 0;
+    for (int i = 0; i < g.n; i++) {
+        g.nb[i] = (g.c[i].N + R - 1) / R;
+        nb += g.nb[i];
+    }
+    return nb;
+}
 int rows_of(int key, const Ctx *c, int n) {
     if (key != 104) return ROWS;
     const int f = g_rows.load(std::memory_order_relaxed);
@@ -445,27 +457,29 @@ int narrow_launch(cudaStream_t st, const Ctx *c, float *const *y, int n, int key
     if (n < 1 || n > GMAX) return -1;
     NarrowGroup g{};
     g.n = n;
-    int64_t nb = 0;
     bool bf16 = true;
-    const int R = rows_of(key, c, n);
     for (int i = 0; i < n; i++) {
         if (!narrow_serves(key, c[i], M) || c[i].gshift != c[0].gshift || c[i].nch != c[0].nch ||
             c[i].kw != c[0].kw)
             return -1;
         g.c[i] = c[i];
         g.y[i] = y[i];
-        g.nb[i] = (c[i].N + R - 1) / R;
-        nb += g.nb[i];
         bf16 = bf16 && c[i].sb_kind == 2;
     }
-    if (nb > 0x7fffffff) return -1;
     const int nr = (int)M;
     /* tensor maps need 16-byte aligned bases and row strides: the weights (narrow_serves: a16)
      * and the activation blocks and their Meta (the scratch's layout; checked, not assumed) */
     if (((reinterpret_cast<uintptr_t>(xq) | reinterpret_cast<uintptr_t>(xm)) & 15u) != 0 || !tma_ok()) return -1;
+    const int R = rows_of(key, c, n);
+    const int64_t nb = blocks_of(g, R);
+    if (nb > 0x7fffffff) return -1;
     if (key == 108) return launch_for<Launch8>(st, g, nb, bf16, xq, xm, nr);
     if (R == ROWS) return launch_for<Launch4>(st, g, nb, bf16, xq, xm, nr);
-    return launch_for<Launch4R32>(st, g, nb, bf16, xq, xm, nr);
+    if (launch_for<Launch4R32>(st, g, nb, bf16, xq, xm, nr) == 0) return 0;
+    /* 32-row blocks refused (their shared memory past the device's limit: scale rows near
+     * SB_ROW_MAX, wide rows of four k-warps): 16-row blocks, unless a test forced 32 */
+    if (rows_forced()) return -1;
+    return launch_for<Launch4>(st, g, blocks_of(g, ROWS), bf16, xq, xm, nr);
 }
 
 } // namespace ls::mmq

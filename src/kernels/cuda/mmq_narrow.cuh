@@ -74,7 +74,9 @@ template <int R>
 __host__ __device__ constexpr uint32_t sb_bytes(uint32_t rb) {
     return 2 * sb_region<R>(rb);
 }
-constexpr uint32_t SB_ROW_MAX = 4096; /* narrow_serves: at most sb_bytes(4096) bytes staged */
+/* narrow_serves: at most sb_bytes<16>(4096) bytes staged (16-row blocks always fit the
+ * device's shared memory; 32-row blocks of such rows may not, and fall back: narrow_launch) */
+constexpr uint32_t SB_ROW_MAX = 4096;
 
 struct SbGeom {
     uint32_t rb, S;   /* row bytes, row stride in the region */
