@@ -799,6 +799,10 @@ int main(int argc, char **argv) {
     /* MLX 4-bit with 257 blocks of 32 rows (the last one half past N): the shape's own choice
      * (policy 0) takes the narrow kernel's 32-row blocks at 2..4 rows (mmq_narrow.cu rows_of) */
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 8208, 256, 0, false});
+    /* MLX 8-bit one-row calls on the coalesced rounds (mmq.cu Split8) with f32 and f16 scales
+     * (the 5376-wide case above: bf16): two full rounds; one full round and dealt tail chunks */
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 32, LS_TYPE_F32, 70, 2048, 0, false});
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 128, LS_TYPE_F16, 45, 1408, 0, false});
     /* MLX 8-bit with 23 chunks: the narrow kernel's last lane group folds 3 of a round's 4, so its
      * second pair holds one chunk (the loop above covers 1, 2 and 4 of 4) */
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 32, LS_TYPE_BF16, 57, 736, 0, false});

@@ -207,6 +207,11 @@ struct QMlx8 {
                                                 const uint8_t *bi, int ci) {
         ldw16(r.q, row + 32 * ci, c.a16);
         ldw16(r.q + 4, row + 32 * ci + 16, c.a16);
+        load_sb(r, c, sc, bi, ci);
+    }
+    /* chunk ci's scale and bias words */
+    static __device__ __forceinline__ void load_sb(Raw &r, const Ctx &c, const uint8_t *sc, const uint8_t *bi,
+                                                   int ci) {
         const int g = ci >> c.gshift;
         r.s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
         r.b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
@@ -243,9 +248,7 @@ struct Split8 {
         const uint8_t *p = row + 32 * ci - 16 * lane;
         ldw16(r.q, p, 1);
         ldw16(r.q + 4, p + 512, 1);
-        const int g = ci >> c.gshift;
-        r.s = c.sb_kind == 0 ? ldw(sc + 4 * g) : ldh(sc + 2 * g);
-        r.b = c.sb_kind == 0 ? ldw(bi + 4 * g) : ldh(bi + 2 * g);
+        QMlx8::load_sb(r, c, sc, bi, ci);
     }
     /* activation halves of chunks rb + L / 2 and rb + 16 + L / 2 (half L & 1), and the Meta of
      * the lane's own chunk ci */
@@ -274,6 +277,8 @@ struct Split8 {
         const int t1 = pa + __shfl_xor_sync(0xffffffffu, pa, 1);
         const int t2 = pb + __shfl_xor_sync(0xffffffffu, pb, 1);
         const int S = __shfl_sync(0xffffffffu, (lane & 1) ? t2 : t1, ((2 * lane) & 31) | (lane >> 4));
+        /* QMlx8::prep's conversions and acc_block's two steps, written out (shared helpers
+         * moved the kernels' scheduling: not what was measured) */
         const float s = c.sb_kind == 0 ? __uint_as_float(r.s) : c.sb_kind == 1 ? f16f(r.s) : bf16f(r.s);
         const float b = c.sb_kind == 0 ? __uint_as_float(r.b) : c.sb_kind == 1 ? f16f(r.b) : bf16f(r.b);
         acc = fmaf(s * x.m.dx, (float)S, acc);
@@ -820,7 +825,7 @@ int64_t gemv_rows(int v, int kw) {
  * loads). LS_SPLIT8_OFF: per-chunk loads everywhere (A/B runs, the same bits). */
 bool use_split(const Ctx &c, int W) {
 #ifdef LS_SPLIT8_OFF
-    return false && split_rounds(c.nch, W);
+    return false && split_rounds(c.nch, W); /* (referenced: no unused-function error) */
 #else
     return c.a16 && c.kw == 1 && split_rounds(c.nch, W);
 #endif
