@@ -475,12 +475,12 @@ bool test_group(const char *label, ls_type t, int bits) {
     bool ok = true;
     /* policy 0: the shape picks the dp4a, the small-M or the narrow-call kernel; 1: the dp4a
      * kernel at every M; 3: the small-M kernel at every M; 5: the narrow-call kernel where it
-     * serves (MLX, M <= 4); 6: policy 5 with the narrow kernel's 32-row blocks (MLX 4-bit) */
+     * serves (MLX, M <= 4) in blocks of 16 rows; 6: policy 5 with 32-row blocks (MLX 4-bit) */
     for (int pol : {0, 1, 3, 5, 6})
     for (int64_t M : {1, 2, 3, 4, 5, 8, 12}) {
         if (!ok) break;
         ls_cuda_mmq_policy(pol == 6 ? 5 : pol);
-        ls_cuda_mmq_narrow_rows(pol == 6 ? 32 : 0);
+        ls_cuda_mmq_narrow_rows(pol == 6 ? 32 : pol == 5 ? 16 : 0);
         std::vector<float> X((size_t)M * K);
         for (auto &v : X) v = frand();
         float *dx = up(X), *ys[3], *yg[3];
@@ -724,6 +724,7 @@ void bench() {
     /* the 31B's MLX 4-bit attention projections: q / k / v together, o */
     bench_one("mlx4", LS_TYPE_MLX_AFFINE, 4, 16384, 5376);
     bench_one("mlx4", LS_TYPE_MLX_AFFINE, 4, 5376, 8192);
+    bench_one("mlx4", LS_TYPE_MLX_AFFINE, 4, 5376, 16384); /* o of the global layers */
 }
 
 } // namespace
