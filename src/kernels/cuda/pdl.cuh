@@ -3,14 +3,15 @@
  * Why: a decode step of a small model is ~200 short kernels, and between two dependent
  * kernels of a graph the GPU idles ~1.7 us (H200, ncu vs the step time) while the next
  * grid is launched. A kernel launched with ls::pdl::launch may be scheduled while its
- * predecessor still runs; it calls ls::pdl::enter() as its FIRST statement, which waits
+ * predecessor still runs; it calls ls::pdl::enter() before anything else, which waits
  * until every earlier kernel of the stream has completed and its memory is visible
  * (griddepcontrol.wait), then lets the next kernel launch early (launch_dependents). So
  * nothing is read or written before the predecessors are done: the results, and the bits,
  * are those of ordinary launches. One exception, which changes nothing either: weights
  * (uploaded once at load, before any step is launched, and never written by a kernel) may
- * be read before enter(); mmq_small.cu requests its first weight stages there. The rule: a kernel launched through ls::pdl::launch must
- * begin with enter() (a kernel that begins with enter() may also be launched normally:
+ * be read before enter(); mmq.cu, mmq_small.cu and mmq_narrow.cu request their first
+ * weights there. The rule: a kernel launched through ls::pdl::launch must call enter()
+ * before it touches anything but weights (such a kernel may also be launched normally:
  * the wait is then a no-op). ls_cuda_pdl_on 0 (LS_CUDA_OFF_PDL, set by the backend at
  * creation) launches normally (A/B runs). */
 #ifndef LS_KERNELS_CUDA_PDL_CUH
