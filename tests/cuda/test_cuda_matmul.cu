@@ -800,6 +800,9 @@ int main(int argc, char **argv) {
     /* MLX 4-bit with 257 blocks of 32 rows (the last one half past N): the shape's own choice
      * (policy 0) takes the narrow kernel's 32-row blocks at 2..4 rows (mmq_narrow.cu rows_of) */
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 8208, 256, 0, false});
+    /* ... and with 169 blocks of short rows (the last half past N), as the 31B's o projections
+     * (mmq_narrow.cu R32_MIN_SHORT) */
+    cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 5392, 512, 0, false});
     /* MLX 8-bit one-row calls on the coalesced rounds (mmq.cu Split8) with f32 and f16 scales
      * (the 5376-wide case above: bf16): two full rounds; one full round and dealt tail chunks */
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 32, LS_TYPE_F32, 70, 2048, 0, false});

@@ -408,15 +408,16 @@ bool tma_ok() {
  * steps do not depend on its block). MLX 4-bit calls take two m16 tiles a warp (each
  * activation box then serves twice the weight bytes: for 4-bit weights a 16-row box is as
  * large as the activation box it is multiplied with) when their 32-row blocks still number at
- * least R32_MIN_BLOCKS (two an SM of a 132-SM H200: the 31B's q / k / v, its LM head) or their
- * rows are at most R32_MAX_K wide. Measured (H200, 4 rows, docs/benchmarks.md twentieth run):
- * the 31B's o, 5376 x 8192 (sliding layers) 18.4 -> 16.1 us and 5376 x 16384 (global) 31.1 ->
- * 27.6 with 32 rows, but 5376 x 21504 33.1 -> 34.5: a long row's 32-row block stages twice
- * the scales (43 KB), and 168 such blocks leave most SMs one block of 4 warps. */
+ * least R32_MIN_BLOCKS (two an SM of a 132-SM H200: the 31B's q / k / v, its LM head) or,
+ * for rows at most R32_MAX_K wide, R32_MIN_SHORT. Measured (H200, 4 rows, docs/benchmarks.md
+ * twentieth run): the 31B's o (168 blocks), 5376 x 8192 (sliding layers) 18.4 -> 16.1 us and
+ * 5376 x 16384 (global) 31.1 -> 27.6 with 32 rows, but 5376 x 21504 33.1 -> 34.5: a long
+ * row's 32-row block stages twice the scales (43 KB), and 168 such blocks leave most SMs one
+ * block of 4 warps. Fewer blocks than the o's were not measured and keep 16 rows. */
 #ifndef LS_NARROW_R32
 #define LS_NARROW_R32 1
 #endif
-constexpr int64_t R32_MIN_BLOCKS = 256, R32_MAX_K = 16384;
+constexpr int64_t R32_MIN_BLOCKS = 256, R32_MIN_SHORT = 168, R32_MAX_K = 16384;
 std::atomic<int> g_rows{0}; /* ls_cuda_mmq_narrow_rows: 0 = the rule below, else 16 or 32 */
 bool rows_forced() {
     return g_rows.load(std::memory_order_relaxed) != 0;
@@ -437,7 +438,8 @@ int rows_of(int key, const Ctx *c, int n) {
     if (!LS_NARROW_R32) return ROWS;
     int64_t nb = 0;
     for (int i = 0; i < n; i++) nb += (c[i].N + 2 * ROWS - 1) / (2 * ROWS);
-    return nb >= R32_MIN_BLOCKS || c[0].K <= R32_MAX_K ? 2 * ROWS : ROWS; /* a group shares K */
+    const bool short_rows = c[0].K <= R32_MAX_K; /* a group shares K */
+    return nb >= R32_MIN_BLOCKS || (short_rows && nb >= R32_MIN_SHORT) ? 2 * ROWS : ROWS;
 }
 
 } // namespace
