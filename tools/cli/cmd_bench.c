@@ -23,6 +23,99 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return v[n / 2];
+}
+
+/* --ab-cuda-off (docs/settings.md "A/B in one process"): a second session whose CUDA backend
+ * leaves off more LS_CUDA_OFF_* bits, timed against the first with their steps alternated, on
+ * the same device weights and at the same context. Between processes of one build the decode
+ * rate moves by ~1.5% (docs/benchmarks.md, twenty-first run), more than the effects such a
+ * switch is there to measure; step by step in one process both sides see the same clocks and
+ * the same weight bytes. The switches are read when a step's launches are recorded, so each
+ * session keeps its own as long as its steps replay graphs. */
+enum { AB_ROUNDS = 31 };
+typedef struct {
+    double step[2], verify[2], step_ratio, verify_ratio;
+} bench_ab;
+
+/* One timed eval of n tokens at the session's position, rolled back: milliseconds, < 0 on error. */
+static double timed_eval(ls_session *s, const int32_t *toks, int32_t n, float *logits, char *err, size_t errlen) {
+    const int32_t base = ls_session_pos(s);
+    const double t0 = now_s();
+    if (ls_session_eval(s, toks, n, 0, logits, err, errlen) != LS_OK) return -1.0;
+    const double ms = (now_s() - t0) * 1e3;
+    ls_session_truncate(s, base);
+    return ms;
+}
+
+/* Session B: A's parameters under A's switches plus `bits`, brought to A's context (the same
+ * n_tg decoded tokens), then one step and one verify block so its graphs are recorded now. */
+static ls_session *ab_session(ls_model *m, const ls_session_params *sp, unsigned bits, const int32_t *ids, int32_t n_pp,
+                              int32_t n_tg, int32_t kv, float *logits, char *err, size_t errlen) {
+    ls_session *b = NULL;
+    ls_test_control(LS_TESTCTL_CUDA_OFF, cli_cfg.cuda_off | bits);
+    const int rc = ls_session_create(m, sp, &b, err, errlen);
+    ls_test_control(LS_TESTCTL_CUDA_OFF, cli_cfg.cuda_off);
+    if (rc != LS_OK) return NULL;
+    int32_t tok = ids[0];
+    for (int32_t i = 0; i < n_tg; i++) {
+        if (ls_session_eval(b, &tok, 1, 0, logits, err, errlen) != LS_OK) goto fail;
+        tok = ids[1 + i % (n_pp - 1)];
+    }
+    if (timed_eval(b, ids + 1, 1, logits, err, errlen) < 0 || timed_eval(b, ids + 1, kv, logits, err, errlen) < 0)
+        goto fail;
+    return b;
+fail:
+    ls_session_free(b);
+    return NULL;
+}
+
+/* AB_ROUNDS rounds, A then B in even rounds and B then A in odd ones (a linear drift falls on
+ * both), each side one step and one verify block of kv rows: the medians of each side and of
+ * the rounds' B / A ratios. */
+static int ab_time(ls_session *ab[2], const int32_t *ids, int32_t kv, float *logits, bench_ab *r, char *err,
+                   size_t errlen) {
+    double st[2][AB_ROUNDS], vb[2][AB_ROUNDS], sr[AB_ROUNDS], vr[AB_ROUNDS];
+    for (int i = 0; i < AB_ROUNDS; i++) {
+        for (int k = 0; k < 2; k++) {
+            const int side = (i & 1) ? 1 - k : k;
+            st[side][i] = timed_eval(ab[side], ids + 1, 1, logits, err, errlen);
+            vb[side][i] = timed_eval(ab[side], ids + 1, kv, logits, err, errlen);
+            if (st[side][i] < 0 || vb[side][i] < 0) return -1;
+        }
+        sr[i] = st[1][i] / st[0][i];
+        vr[i] = vb[1][i] / vb[0][i];
+    }
+    for (int side = 0; side < 2; side++) {
+        r->step[side] = median(st[side], AB_ROUNDS);
+        r->verify[side] = median(vb[side], AB_ROUNDS);
+    }
+    r->step_ratio = median(sr, AB_ROUNDS);
+    r->verify_ratio = median(vr, AB_ROUNDS);
+    return 0;
+}
+
+/* The A/B of --ab-cuda-off against session a: its fields, printed on the bench line. */
+static int ab_run(ls_model *m, const ls_session_params *sp, ls_session *a, unsigned bits, const int32_t *ids,
+                  int32_t n_pp, int32_t n_tg, int32_t kv, float *logits, char *err, size_t errlen) {
+    if (!strcmp(ls_session_device(a), "cuda") && !cli_cfg.cuda_graphs) {
+        snprintf(err, errlen, "--ab-cuda-off needs CUDA graphs: its switches are read when a step is recorded");
+        return -1;
+    }
+    ls_session *ab[2] = {a, ab_session(m, sp, bits, ids, n_pp, n_tg, kv, logits, err, errlen)};
+    if (!ab[1]) return -1;
+    bench_ab r;
+    const int rc = ab_time(ab, ids, kv, logits, &r, err, errlen);
+    if (rc == 0)
+        printf(" ab_cuda_off=%u ab_step_ms_a=%.3f ab_step_ms_b=%.3f ab_step_b_over_a=%.4f ab_verify_ms_a=%.3f "
+               "ab_verify_ms_b=%.3f ab_verify_b_over_a=%.4f",
+               bits, r.step[0], r.step[1], r.step_ratio, r.verify[0], r.verify[1], r.verify_ratio);
+    ls_session_free(ab[1]);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     cli_opts o;
     memset(&o, 0, sizeof o);
@@ -106,6 +199,11 @@ int cmd_bench(int argc, char **argv) {
            mi.weight_bytes * tg[reps / 2] / 1e9, st[nrep / 2], kv, vb[nrep / 2], vb[nrep / 2] / st[nrep / 2]);
     if (sp.tensor_parallel > 0)
         printf(" tensor_parallel=%d tp_reduce=%s", sp.tensor_parallel, sp.tp_reduce ? "plain" : "exact");
+    if (o.given[OPT_AB_CUDA_OFF] &&
+        ab_run(m, &sp, s, (unsigned)o.v[OPT_AB_CUDA_OFF].i, ids, n_pp, n_tg, kv, logits, err, sizeof err) != 0) {
+        printf("\n");
+        goto evalfail;
+    }
     printf("\n");
     rc = CLI_OK;
     goto done;

@@ -91,6 +91,9 @@ const cli_opt cli_opt_table[] = {
      "repetitions, the median is reported (default 5)"},
     {OPT_VERIFY, "--verify", {"-k"}, OPT_T_INT, "K", 2, 16, BEN, false,
      "rows of the timed verify block (default 4)"},
+    {OPT_AB_CUDA_OFF, "--ab-cuda-off", {0}, OPT_T_INT, "BITS", 1, 63, BEN, false,
+     "also time a second session whose CUDA backend leaves off these LS_CUDA_OFF_* bits, its steps and "
+     "verify blocks alternated with the first's on the same weights (ab_* fields; docs/settings.md)"},
     {OPT_HOST, "--host", {0}, OPT_T_STR, "ADDR", 0, 0, SRV, false, "address to listen on (default 127.0.0.1)"},
     {OPT_PORT, "--port", {0}, OPT_T_INT, "PORT", 0, 65535, SRV, false,
      "port to listen on (default 8080; 0 picks a free one, printed on stderr)"},
