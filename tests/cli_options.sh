@@ -41,7 +41,8 @@ want[run]="--model --prompt --file --n-predict --threads --ctx-size --batch-size
   --trace --tensor-parallel"
 want[tokenize]="--model --prompt --file --no-bos --no-special"
 want[logits]="--model --prompt --file --tokens --mode --output --threads --ctx-size --tensor-parallel --tp-reduce"
-want[bench]="--model --threads --n-prompt --n-gen --reps --verify --ab-cuda-off --tensor-parallel --tp-reduce"
+want[bench]="--model --threads --n-prompt --n-gen --reps --verify --n-depth --ab-cuda-off --tensor-parallel
+  --tp-reduce"
 want[probe]="--model --threads --draft-block-size --trace --tensor-parallel"
 want[serve]="--model --threads --ctx-size --batch-size --draft --model-draft --draft-block-size --allow-inexact --host
   --port --parallel --api-key --timeout --alias --queue-timeout --shutdown-timeout --header-timeout --no-webui

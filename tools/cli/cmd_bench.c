@@ -1,5 +1,6 @@
 /* lockstep bench: prefill (512 tokens in one batch) and decode (128 single-token steps)
- * throughput, median of 5 repetitions, plus peak RSS; then the cost of a verify block of K
+ * throughput, median of 5 repetitions, after -d tokens of context (0 by default, as
+ * llama-bench's -d), plus peak RSS; then the cost of a verify block of K
  * rows (all with logits, as speculative decoding asks) against a one-token step at the same
  * context, and the weight bytes streamed per decoded token (every weight is read once per
  * step: the LM head is the tied embedding) as GB/s. Token ids are a fixed pseudo-random
@@ -50,26 +51,50 @@ static double timed_eval(ls_session *s, const int32_t *toks, int32_t n, float *l
     return ms;
 }
 
-/* Session B: A's parameters under A's switches plus `bits`, brought to A's context (the same
- * n_tg decoded tokens), then one step and one verify block so its graphs are recorded now. */
-static ls_session *ab_session(ls_model *m, const ls_session_params *sp, unsigned bits, const int32_t *ids, int32_t n_pp,
-                              int32_t n_tg, int32_t kv, float *logits, char *err, size_t errlen) {
+/* What a bench session evaluates: the timed prefill ids[0..n_pp), the n_tg decoded tokens (ids[0],
+ * then ids[1 + i mod (n_pp - 1)]) and the verify blocks of kv rows, all after `depth` tokens of
+ * context (prefix, a BOS then the same pseudo-random ids). */
+typedef struct {
+    const int32_t *ids, *prefix;
+    int32_t n_pp, n_tg, kv, depth;
+} bench_work;
+
+/* The depth prefix into s (empty), in batches of at most n_pp rows, no logits. */
+static int eval_prefix(ls_session *s, const bench_work *w, char *err, size_t errlen) {
+    for (int32_t off = 0; off < w->depth; off += w->n_pp) {
+        const int32_t n = w->depth - off < w->n_pp ? w->depth - off : w->n_pp;
+        if (ls_session_eval(s, w->prefix + off, n, n, NULL, err, errlen) != LS_OK) return -1;
+    }
+    return 0;
+}
+
+/* The n_tg decoded tokens from the session's position, one step each. */
+static int eval_decode(ls_session *s, const bench_work *w, float *logits, char *err, size_t errlen) {
+    int32_t tok = w->ids[0];
+    for (int32_t i = 0; i < w->n_tg; i++) {
+        if (ls_session_eval(s, &tok, 1, 0, logits, err, errlen) != LS_OK) return -1;
+        tok = w->ids[1 + i % (w->n_pp - 1)];
+    }
+    return 0;
+}
+
+/* Session B: A's parameters under A's switches plus `bits`, brought to A's context (the prefix
+ * and the n_tg decoded tokens), then one step and one verify block so its graphs are recorded
+ * now. */
+static ls_session *ab_session(ls_model *m, const ls_session_params *sp, unsigned bits, const bench_work *w,
+                              float *logits, char *err, size_t errlen) {
     ls_session *b = NULL;
     ls_test_control(LS_TESTCTL_CUDA_OFF, cli_cfg.cuda_off | bits);
     const int rc = ls_session_create(m, sp, &b, err, errlen);
     ls_test_control(LS_TESTCTL_CUDA_OFF, cli_cfg.cuda_off);
     if (rc != LS_OK) return NULL;
-    int32_t tok = ids[0];
-    for (int32_t i = 0; i < n_tg; i++) {
-        if (ls_session_eval(b, &tok, 1, 0, logits, err, errlen) != LS_OK) goto fail;
-        tok = ids[1 + i % (n_pp - 1)];
+    if (eval_prefix(b, w, err, errlen) != 0 || eval_decode(b, w, logits, err, errlen) != 0 ||
+        timed_eval(b, w->ids + 1, 1, logits, err, errlen) < 0 ||
+        timed_eval(b, w->ids + 1, w->kv, logits, err, errlen) < 0) {
+        ls_session_free(b);
+        return NULL;
     }
-    if (timed_eval(b, ids + 1, 1, logits, err, errlen) < 0 || timed_eval(b, ids + 1, kv, logits, err, errlen) < 0)
-        goto fail;
     return b;
-fail:
-    ls_session_free(b);
-    return NULL;
 }
 
 /* AB_ROUNDS rounds, A then B in even rounds and B then A in odd ones (a linear drift falls on
@@ -98,16 +123,16 @@ static int ab_time(ls_session *ab[2], const int32_t *ids, int32_t kv, float *log
 }
 
 /* The A/B of --ab-cuda-off against session a: its fields, printed on the bench line. */
-static int ab_run(ls_model *m, const ls_session_params *sp, ls_session *a, unsigned bits, const int32_t *ids,
-                  int32_t n_pp, int32_t n_tg, int32_t kv, float *logits, char *err, size_t errlen) {
+static int ab_run(ls_model *m, const ls_session_params *sp, ls_session *a, unsigned bits, const bench_work *w,
+                  float *logits, char *err, size_t errlen) {
     if (!strcmp(ls_session_device(a), "cuda") && !cli_cfg.cuda_graphs) {
         snprintf(err, errlen, "--ab-cuda-off needs CUDA graphs: its switches are read when a step is recorded");
         return -1;
     }
-    ls_session *ab[2] = {a, ab_session(m, sp, bits, ids, n_pp, n_tg, kv, logits, err, errlen)};
+    ls_session *ab[2] = {a, ab_session(m, sp, bits, w, logits, err, errlen)};
     if (!ab[1]) return -1;
     bench_ab r;
-    const int rc = ab_time(ab, ids, kv, logits, &r, err, errlen);
+    const int rc = ab_time(ab, w->ids, w->kv, logits, &r, err, errlen);
     if (rc == 0)
         printf(" ab_cuda_off=%u ab_step_ms_a=%.3f ab_step_ms_b=%.3f ab_step_b_over_a=%.4f ab_verify_ms_a=%.3f "
                "ab_verify_ms_b=%.3f ab_verify_b_over_a=%.4f",
@@ -127,17 +152,18 @@ int cmd_bench(int argc, char **argv) {
     if (pr != CLI_CONTINUE) return pr;
     cli_common c = {.model = o.v[OPT_MODEL].s, .n_threads = o.v[OPT_THREADS].i};
     int32_t n_pp = o.v[OPT_N_PROMPT].i, n_tg = o.v[OPT_N_GEN].i, reps = o.v[OPT_REPS].i, kv = o.v[OPT_VERIFY].i;
+    const int32_t depth = o.v[OPT_N_DEPTH].i;
     ls_model *m = cli_open_model(c.model);
     if (!m) return CLI_FAIL;
     char err[512];
     ls_session *s = NULL;
     ls_session_params sp = ls_session_default_params();
-    sp.n_ctx = n_pp + n_tg + 16;
+    sp.n_ctx = depth + n_pp + n_tg + 16;
     sp.n_threads = c.n_threads;
     sp.n_batch = n_pp;
     cli_session_tp(&o, &sp);
     int rc = CLI_FAIL;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_pp);
+    int32_t *ids = malloc(sizeof(int32_t) * ((size_t)n_pp + (size_t)depth));
     float *logits = NULL;
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
     if (!ids || !pp || !tg || ls_session_create(m, &sp, &s, err, sizeof err) != LS_OK) {
@@ -148,28 +174,27 @@ int cmd_bench(int argc, char **argv) {
     logits = malloc(sizeof(float) * (size_t)nv * (size_t)(kv > 1 ? kv : 1));
     if (!logits) goto done;
     uint64_t x = 0x2545F4914F6CDD1Dull;
-    for (int32_t i = 0; i < n_pp; i++) {
+    for (int32_t i = 0; i < n_pp + depth; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         /* skip the low (control) ids where the vocabulary is large enough to */
         int32_t lo = nv > 2000 ? 1000 : 0;
         ids[i] = (int32_t)(x % (uint64_t)(nv - lo)) + lo;
     }
     ids[0] = ls_token_bos(m);
+    const bench_work w = {.ids = ids, .prefix = ids + n_pp, .n_pp = n_pp, .n_tg = n_tg, .kv = kv, .depth = depth};
+    if (depth > 0) ids[n_pp] = ls_token_bos(m);
+    if (eval_prefix(s, &w, err, sizeof err) != 0) goto evalfail; /* kept: every rep rolls back to it */
     for (int r = 0; r < reps; r++) {
-        ls_session_truncate(s, 0);
+        ls_session_truncate(s, depth);
         double t0 = now_s();
         if (ls_session_eval(s, ids, n_pp, n_pp - 1, logits, err, sizeof err) != LS_OK) goto evalfail;
         pp[r] = n_pp / (now_s() - t0);
-        ls_session_truncate(s, 0);
-        int32_t tok = ids[0];
+        ls_session_truncate(s, depth);
         t0 = now_s();
-        for (int32_t i = 0; i < n_tg; i++) {
-            if (ls_session_eval(s, &tok, 1, 0, logits, err, sizeof err) != LS_OK) goto evalfail;
-            tok = ids[1 + i % (n_pp - 1)];
-        }
+        if (eval_decode(s, &w, logits, err, sizeof err) != 0) goto evalfail;
         tg[r] = n_tg / (now_s() - t0);
     }
-    /* Verify block vs one-token step, both from the same context (the 128 decoded tokens). */
+    /* Verify block vs one-token step, both from the same context (depth + the decoded tokens). */
     double vb[16], st[16];
     int nrep = 15;
     int32_t base = ls_session_pos(s);
@@ -193,14 +218,14 @@ int cmd_bench(int argc, char **argv) {
     ls_model_get_info(m, &mi);
     printf("device=%s backend=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f decode_tokens=%d "
            "decode_tok_s=%.2f reps=%d peak_rss_mib=%.1f weight_gib=%.3f decode_weight_gb_s=%.1f step_ms=%.3f "
-           "verify%d_ms=%.3f verify_over_step=%.2f",
+           "verify%d_ms=%.3f verify_over_step=%.2f depth=%d",
            ls_session_device(s), ls_device_name_of(ls_session_device(s)), ls_session_n_threads(s), n_pp, pp[reps / 2],
            n_tg, tg[reps / 2], reps, ru.ru_maxrss / 1024.0, mi.weight_bytes / 1073741824.0,
-           mi.weight_bytes * tg[reps / 2] / 1e9, st[nrep / 2], kv, vb[nrep / 2], vb[nrep / 2] / st[nrep / 2]);
+           mi.weight_bytes * tg[reps / 2] / 1e9, st[nrep / 2], kv, vb[nrep / 2], vb[nrep / 2] / st[nrep / 2], depth);
     if (sp.tensor_parallel > 0)
         printf(" tensor_parallel=%d tp_reduce=%s", sp.tensor_parallel, sp.tp_reduce ? "plain" : "exact");
     if (o.given[OPT_AB_CUDA_OFF] &&
-        ab_run(m, &sp, s, (unsigned)o.v[OPT_AB_CUDA_OFF].i, ids, n_pp, n_tg, kv, logits, err, sizeof err) != 0) {
+        ab_run(m, &sp, s, (unsigned)o.v[OPT_AB_CUDA_OFF].i, &w, logits, err, sizeof err) != 0) {
         printf("\n");
         goto evalfail;
     }

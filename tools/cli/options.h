@@ -60,6 +60,7 @@ typedef enum {
     OPT_N_GEN,
     OPT_REPS,
     OPT_VERIFY,
+    OPT_N_DEPTH,
     OPT_AB_CUDA_OFF,
     OPT_HOST,
     OPT_PORT,

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# lockstep bench's -d/--n-depth and --ab-cuda-off (docs/settings.md "A/B in one process"): with
+# a depth the line reports it and every measurement runs after that context; with --ab-cuda-off
+# the second session is created, brought to the first one's context (the depth included) and
+# timed against it, and the bench line carries the ab_* fields with positive medians and ratios.
+# On the CPU backend the bits change nothing, so the check is that the comparison runs and
+# reports, not what it measures (no timing is asserted). Out-of-range values are refused like
+# every other option value (exit 2).
+set -uo pipefail
+CLI=${LOCKSTEP_CLI:?}
+DATA=${LOCKSTEP_TEST_DATA:?}
+M=$DATA/hf/gemma3_text
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+out=$("$CLI" bench --device cpu -m "$M" -t 1 -p 8 -n 4 -r 1 -d 40 --ab-cuda-off 3 2>/dev/null) ||
+  bad "bench -d 40 --ab-cuda-off exits $?"
+grep -q " depth=40" <<<"$out" || bad "depth=40 missing in: $out"
+for f in ab_step_ms_a ab_step_ms_b ab_step_b_over_a ab_verify_ms_a ab_verify_ms_b ab_verify_b_over_a; do
+  v=$(grep -o " $f=[^ ]*" <<<"$out" | cut -d= -f2)
+  [ -n "$v" ] || { bad "no $f in: $out"; continue; }
+  awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' || bad "$f=$v is not a positive number"
+done
+grep -q " ab_cuda_off=3" <<<"$out" || bad "ab_cuda_off=3 missing in: $out"
+grep -q "verify4_ms=" <<<"$out" || bad "the usual fields are gone: $out"
+# without the option: no ab_* fields
+out=$("$CLI" bench --device cpu -m "$M" -t 1 -p 8 -n 4 -r 1 2>/dev/null) || bad "bench exits $?"
+grep -q " ab_" <<<"$out" && bad "ab_* fields without --ab-cuda-off: $out"
+grep -q " depth=0" <<<"$out" || bad "depth=0 missing without -d: $out"
+err=$("$CLI" bench --device cpu -m "$M" -d -1 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && grep -q -- "-d expects" <<<"$err" || bad "-d -1: rc=$rc, $err"
+for v in 0 64 x; do
+  err=$("$CLI" bench --device cpu -m "$M" --ab-cuda-off "$v" 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--ab-cuda-off expects" <<<"$err" || bad "--ab-cuda-off $v: rc=$rc, $err"
+done
+[ $fail -eq 0 ] && echo "PASS: bench -d, --ab-cuda-off"
+exit $fail
