@@ -39,6 +39,7 @@ typedef struct {
     const char *name; /* general.name or "" */
     int32_t n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff;
     int32_t n_ctx_train, sliding_window;
+    int32_t n_expert;      /* MoE experts a layer; 0 for a dense model */
     int64_t n_params;      /* elements over all weight tensors */
     uint64_t weight_bytes; /* bytes of all weight tensors */
 } ls_model_info;

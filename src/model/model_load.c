@@ -330,6 +330,7 @@ void ls_model_get_info(const ls_model *m, ls_model_info *info) {
     info->n_ff = c->n_ff;
     info->n_ctx_train = c->n_ctx_train;
     info->sliding_window = c->sliding_window;
+    info->n_expert = c->n_expert;
     info->n_params = m->n_params;
     info->weight_bytes = m->weight_bytes;
 }

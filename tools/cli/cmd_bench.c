@@ -47,7 +47,10 @@ static double timed_eval(ls_session *s, const int32_t *toks, int32_t n, float *l
     const double t0 = now_s();
     if (ls_session_eval(s, toks, n, 0, logits, err, errlen) != LS_OK) return -1.0;
     const double ms = (now_s() - t0) * 1e3;
-    ls_session_truncate(s, base);
+    if (ls_session_truncate(s, base) != LS_OK) {
+        snprintf(err, errlen, "could not roll back %d rows at position %d", (int)n, (int)base);
+        return -1.0;
+    }
     return ms;
 }
 
@@ -68,19 +71,41 @@ static int eval_prefix(ls_session *s, const bench_work *w, char *err, size_t err
     return 0;
 }
 
+/* Back to the depth prefix: a rollback, or, where a sliding-window cache has already dropped keys
+ * the prefix needs (it holds the window plus one batch), the prefix again from an empty cache. */
+static int back_to_depth(ls_session *s, const bench_work *w, char *err, size_t errlen) {
+    if (ls_session_truncate(s, w->depth) == LS_OK) return 0;
+    if (ls_session_truncate(s, 0) != LS_OK) {
+        snprintf(err, errlen, "could not roll the session back to an empty context");
+        return -1;
+    }
+    return eval_prefix(s, w, err, errlen);
+}
+
 /* The n_tg decoded tokens from the session's position, one step each. */
 static int eval_decode(ls_session *s, const bench_work *w, float *logits, char *err, size_t errlen) {
     int32_t tok = w->ids[0];
     for (int32_t i = 0; i < w->n_tg; i++) {
         if (ls_session_eval(s, &tok, 1, 0, logits, err, errlen) != LS_OK) return -1;
-        tok = w->ids[1 + i % (w->n_pp - 1)];
+        tok = w->ids[w->n_pp > 1 ? 1 + i % (w->n_pp - 1) : 1]; /* -p 1: ids[1] is past the prompt, still an id */
     }
     return 0;
 }
 
-/* Session B: A's parameters under A's switches plus `bits`, brought to A's context (the prefix
- * and the n_tg decoded tokens), then one step and one verify block so its graphs are recorded
- * now. */
+/* An A/B side's context, built the same way for both from an empty cache (the prefix, then the
+ * n_tg decoded tokens: the same cache layout, so the same launch shapes), then one step and one
+ * verify block so that its graphs are recorded now, under its own switches. */
+static int ab_prepare(ls_session *s, const bench_work *w, float *logits, char *err, size_t errlen) {
+    if (ls_session_truncate(s, 0) != LS_OK) {
+        snprintf(err, errlen, "could not roll the session back to an empty context");
+        return -1;
+    }
+    if (eval_prefix(s, w, err, errlen) != 0 || eval_decode(s, w, logits, err, errlen) != 0) return -1;
+    if (timed_eval(s, w->ids + 1, 1, logits, err, errlen) < 0) return -1;
+    return timed_eval(s, w->ids + 1, w->kv, logits, err, errlen) < 0 ? -1 : 0;
+}
+
+/* Session B: A's parameters under A's switches plus `bits`, prepared as A is. */
 static ls_session *ab_session(ls_model *m, const ls_session_params *sp, unsigned bits, const bench_work *w,
                               float *logits, char *err, size_t errlen) {
     ls_session *b = NULL;
@@ -88,9 +113,7 @@ static ls_session *ab_session(ls_model *m, const ls_session_params *sp, unsigned
     const int rc = ls_session_create(m, sp, &b, err, errlen);
     ls_test_control(LS_TESTCTL_CUDA_OFF, cli_cfg.cuda_off);
     if (rc != LS_OK) return NULL;
-    if (eval_prefix(b, w, err, errlen) != 0 || eval_decode(b, w, logits, err, errlen) != 0 ||
-        timed_eval(b, w->ids + 1, 1, logits, err, errlen) < 0 ||
-        timed_eval(b, w->ids + 1, w->kv, logits, err, errlen) < 0) {
+    if (ab_prepare(b, w, logits, err, errlen) != 0) {
         ls_session_free(b);
         return NULL;
     }
@@ -122,13 +145,24 @@ static int ab_time(ls_session *ab[2], const int32_t *ids, int32_t kv, float *log
     return 0;
 }
 
-/* The A/B of --ab-cuda-off against session a: its fields, printed on the bench line. */
+/* Why --ab-cuda-off cannot compare on this session, or NULL: on the GPU it needs every step
+ * recorded as a graph (the switches are process-wide and read when launches are recorded; MoE
+ * routing and tensor-parallel collectives run outside graphs: docs/settings.md). */
+static const char *ab_refusal(const ls_model *m, const ls_session_params *sp, ls_session *a) {
+    if (strcmp(ls_session_device(a), "cuda") != 0) return NULL;
+    ls_model_info mi;
+    ls_model_get_info(m, &mi);
+    if (!cli_cfg.cuda_graphs) return "--ab-cuda-off needs CUDA graphs (not --no-cuda-graphs)";
+    if (sp->tensor_parallel > 0) return "--ab-cuda-off cannot compare tensor-parallel sessions (steps not recorded)";
+    if (mi.n_expert > 0) return "--ab-cuda-off cannot compare MoE models (their steps are not recorded as graphs)";
+    return NULL;
+}
+
+/* The A/B of --ab-cuda-off against session a: its fields, printed on the bench line. A is
+ * prepared (and its graphs recorded) before B exists. */
 static int ab_run(ls_model *m, const ls_session_params *sp, ls_session *a, unsigned bits, const bench_work *w,
                   float *logits, char *err, size_t errlen) {
-    if (!strcmp(ls_session_device(a), "cuda") && !cli_cfg.cuda_graphs) {
-        snprintf(err, errlen, "--ab-cuda-off needs CUDA graphs: its switches are read when a step is recorded");
-        return -1;
-    }
+    if (ab_prepare(a, w, logits, err, errlen) != 0) return -1;
     ls_session *ab[2] = {a, ab_session(m, sp, bits, w, logits, err, errlen)};
     if (!ab[1]) return -1;
     bench_ab r;
@@ -163,18 +197,26 @@ int cmd_bench(int argc, char **argv) {
     sp.n_batch = n_pp;
     cli_session_tp(&o, &sp);
     int rc = CLI_FAIL;
-    int32_t *ids = malloc(sizeof(int32_t) * ((size_t)n_pp + (size_t)depth));
+    /* the prompt, the depth prefix, and 17 more: ids + 1 serves steps and verify blocks of up to 16
+     * rows whatever -p is */
+    int32_t *ids = malloc(sizeof(int32_t) * ((size_t)n_pp + (size_t)depth + 17));
     float *logits = NULL;
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
     if (!ids || !pp || !tg || ls_session_create(m, &sp, &s, err, sizeof err) != LS_OK) {
         fprintf(stderr, "lockstep: %s\n", s ? "out of memory" : err);
         goto done;
     }
+    const char *no_ab = o.given[OPT_AB_CUDA_OFF] ? ab_refusal(m, &sp, s) : NULL;
+    if (no_ab) {
+        fprintf(stderr, "lockstep: %s\n", no_ab);
+        rc = CLI_USAGE;
+        goto done;
+    }
     int32_t nv = ls_session_n_vocab(s);
     logits = malloc(sizeof(float) * (size_t)nv * (size_t)(kv > 1 ? kv : 1));
     if (!logits) goto done;
     uint64_t x = 0x2545F4914F6CDD1Dull;
-    for (int32_t i = 0; i < n_pp + depth; i++) {
+    for (int32_t i = 0; i < n_pp + depth + 17; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         /* skip the low (control) ids where the vocabulary is large enough to */
         int32_t lo = nv > 2000 ? 1000 : 0;
@@ -185,11 +227,11 @@ int cmd_bench(int argc, char **argv) {
     if (depth > 0) ids[n_pp] = ls_token_bos(m);
     if (eval_prefix(s, &w, err, sizeof err) != 0) goto evalfail; /* kept: every rep rolls back to it */
     for (int r = 0; r < reps; r++) {
-        ls_session_truncate(s, depth);
+        if (back_to_depth(s, &w, err, sizeof err) != 0) goto evalfail;
         double t0 = now_s();
         if (ls_session_eval(s, ids, n_pp, n_pp - 1, logits, err, sizeof err) != LS_OK) goto evalfail;
         pp[r] = n_pp / (now_s() - t0);
-        ls_session_truncate(s, depth);
+        if (back_to_depth(s, &w, err, sizeof err) != 0) goto evalfail;
         t0 = now_s();
         if (eval_decode(s, &w, logits, err, sizeof err) != 0) goto evalfail;
         tg[r] = n_tg / (now_s() - t0);
