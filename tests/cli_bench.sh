@@ -20,6 +20,8 @@ bad() { echo "FAIL: $*"; fail=1; }
 out=$("$CLI" bench --device cpu -m "$M" -t 1 -p 8 -n 12 -r 3 -d 40 --ab-cuda-off 3 2>&1) ||
   bad "bench -d 40 --ab-cuda-off exits $?: $(tail -2 <<<"$out")"
 grep -q " depth=40" <<<"$out" || bad "depth=40 missing in: $out"
+# the step / verify comparison runs after the prefix and the decoded tokens: position 40 + 12
+grep -q " step_pos=52" <<<"$out" || bad "step_pos=52 (depth 40 + 12 decoded) missing in: $out"
 for f in ab_step_ms_a ab_step_ms_b ab_step_b_over_a ab_verify_ms_a ab_verify_ms_b ab_verify_b_over_a; do
   v=$(grep -o " $f=[^ ]*" <<<"$out" | cut -d= -f2)
   [ -n "$v" ] || { bad "no $f in: $out"; continue; }
@@ -30,10 +32,10 @@ grep -q "verify4_ms=" <<<"$out" || bad "the usual fields are gone: $out"
 # without the option: no ab_* fields
 out=$("$CLI" bench --device cpu -m "$M" -t 1 -p 8 -n 4 -r 1 2>/dev/null) || bad "bench exits $?"
 grep -q " ab_" <<<"$out" && bad "ab_* fields without --ab-cuda-off: $out"
+grep -q " depth=0 step_pos=4" <<<"$out" || bad "depth=0 step_pos=4 missing without -d: $out"
 # -p 1: the decoded and verify tokens come from past the one-token prompt (no division by zero)
 "$CLI" bench --device cpu -m "$M" -t 1 -p 1 -n 4 -r 1 -k 2 >/dev/null 2>"$T_ERR"
 grep -q "must be 1..1" "$T_ERR" || bad "-p 1 -k 2: want the verify block refused by the batch size, got: $(cat "$T_ERR")"
-grep -q " depth=0" <<<"$out" || bad "depth=0 missing without -d: $out"
 err=$("$CLI" bench --device cpu -m "$M" -d -1 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] && grep -q -- "-d expects" <<<"$err" || bad "-d -1: rc=$rc, $err"
 for v in 0 64 x; do

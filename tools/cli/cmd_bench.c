@@ -260,10 +260,11 @@ int cmd_bench(int argc, char **argv) {
     ls_model_get_info(m, &mi);
     printf("device=%s backend=%s threads=%d prefill_tokens=%d prefill_tok_s=%.2f decode_tokens=%d "
            "decode_tok_s=%.2f reps=%d peak_rss_mib=%.1f weight_gib=%.3f decode_weight_gb_s=%.1f step_ms=%.3f "
-           "verify%d_ms=%.3f verify_over_step=%.2f depth=%d",
+           "verify%d_ms=%.3f verify_over_step=%.2f depth=%d step_pos=%d",
            ls_session_device(s), ls_device_name_of(ls_session_device(s)), ls_session_n_threads(s), n_pp, pp[reps / 2],
            n_tg, tg[reps / 2], reps, ru.ru_maxrss / 1024.0, mi.weight_bytes / 1073741824.0,
-           mi.weight_bytes * tg[reps / 2] / 1e9, st[nrep / 2], kv, vb[nrep / 2], vb[nrep / 2] / st[nrep / 2], depth);
+           mi.weight_bytes * tg[reps / 2] / 1e9, st[nrep / 2], kv, vb[nrep / 2], vb[nrep / 2] / st[nrep / 2], depth,
+           base);
     if (sp.tensor_parallel > 0)
         printf(" tensor_parallel=%d tp_reduce=%s", sp.tensor_parallel, sp.tp_reduce ? "plain" : "exact");
     if (o.given[OPT_AB_CUDA_OFF] &&
