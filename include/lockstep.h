@@ -412,7 +412,10 @@ enum {
      * query vector a block for small attention calls), LS_CUDA_OFF_GEMV (one-row integer
      * matmuls take the general dp4a body instead of the streaming one-row kernel),
      * LS_CUDA_OFF_NARROW (MLX matmuls of 2..4 rows take the small-M / dp4a kernels instead of
-     * the narrow-call kernels). 0, the default: all on. */
+     * the narrow-call kernels). LS_CUDA_OFF_KQ is the exception whose bits differ: Q4_K and Q6_K
+     * weights take the 16-bit two-plane activations of the other types instead of the K-quant
+     * format (docs/cuda.md 2a), for A/B runs of the two; set it before a model is opened.
+     * 0, the default: all on. */
     LS_TESTCTL_CUDA_OFF = 8,
 };
 enum {
@@ -421,7 +424,8 @@ enum {
     LS_CUDA_OFF_ATTN_FINISH = 4,
     LS_CUDA_OFF_ATTN_SPLIT = 8,
     LS_CUDA_OFF_GEMV = 16,
-    LS_CUDA_OFF_NARROW = 32
+    LS_CUDA_OFF_NARROW = 32,
+    LS_CUDA_OFF_KQ = 64
 };
 int ls_test_control(int op, ...);
 

@@ -632,7 +632,8 @@ void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, fl
                 c->mm_last.k == d.cols && c->mm_last.layout == layout;
     /* recorded steps only (the producer has not run yet): the op before produced x and can
      * quantize it for us in its own launch */
-    if (!ready && one_pass && c->recording && c->fuse.seq == c->op_seq && c->fuse.out == x &&
+    /* (not yet for the K-quant format, layout 2: kq_format.cuh; its matmul quantizes) */
+    if (!ready && one_pass && layout != 2 && c->recording && c->fuse.seq == c->op_seq && c->fuse.out == x &&
         c->fuse.total == m * d.cols) {
         *c->fuse.layout = layout;
         ready = 1;
@@ -1048,6 +1049,7 @@ ls_backend *cu_create(const ls_backend_params *p) {
         ls_cuda_attention_set_switches(!(off & LS_CUDA_OFF_ATTN_FINISH), !(off & LS_CUDA_OFF_ATTN_SPLIT));
         ls_cuda_mmq_gemv_variant(off & LS_CUDA_OFF_GEMV ? 0 : -1);
         ls_cuda_mmq_narrow(off & LS_CUDA_OFF_NARROW ? 0 : 1);
+        ls_cuda_mmq_kq(off & LS_CUDA_OFF_KQ ? 0 : 1);
     }
 
     QueueLock q;

@@ -57,7 +57,7 @@ int ls_cuda_mmq(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, 
                 size_t scratch_bytes);
 int ls_cuda_mmq_ex(cudaStream_t st, const ls_weight *w, const float *x, int64_t m, float *y, void *scratch,
                    size_t scratch_bytes, int act_ready);
-/* Which quantized-activation layout w's integer path reads (0 or 1; weights with the same
+/* Which quantized-activation layout w's integer path reads (0, 1 or 2; weights with the same
  * value read the same scratch bytes for the same x), -1 when w takes the f32 kernel; and
  * whether `rows` rows of `cols` fit in one pass of the scratch. */
 int ls_cuda_mmq_act_key(const ls_weight *w);
@@ -83,6 +83,11 @@ int ls_cuda_mmq_narrow_serves(const ls_weight *w, int64_t m);
 /* A/B runs: 0 keeps the shape's choice (policy 0) off the narrow-call kernel, 1 (the default)
  * lets it take MLX calls of 2..4 rows; the same bits. Returns the previous value. */
 int ls_cuda_mmq_narrow(int on);
+/* A/B runs and tests: 1 (the default) gives Q4_K and Q6_K weights the K-quant format and
+ * order (kq_format.cuh: 8-bit activations in superblocks of 256, src/kernels/cuda/kq_vec.cu,
+ * kq_tile.cu), 0 the 16-bit two-plane format of the other types. The two give different
+ * bits: set it before a model runs, never while one does. Returns the previous value. */
+int ls_cuda_mmq_kq(int on);
 /* Tests and A/B runs: rows a block of the narrow-call kernel takes for MLX 4-bit calls (16: one
  * m16 tile a warp, 32: two), 0 = the call's shape decides (mmq_narrow.cu rows_of); the same
  * bits by construction. Returns the previous value, -1 for a bad one. Process-wide. */

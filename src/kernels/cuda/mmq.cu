@@ -51,6 +51,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_matmul.h"
 #include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/kq_format.cuh"
 #include "kernels/cuda/mmq_common.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant_act.cuh"
@@ -897,6 +898,14 @@ bool narrow_pick(int key, const Ctx &c, int64_t M) {
     return want && ls::mmq::narrow_serves(key, c, M);
 }
 
+/* ls_cuda_mmq_kq: 1 (the default) gives Q4_K and Q6_K weights the K-quant format and order
+ * (kq_format.cuh: 8-bit activations in superblocks of 256), 0 the 16-bit two-plane format of
+ * the other types; different bits, so it is set before a model runs (A/B runs). */
+std::atomic<int> g_kq{1};
+bool kq_key(int key) {
+    return (key == LS_TYPE_Q4_K || key == LS_TYPE_Q6_K) && g_kq.load(std::memory_order_relaxed);
+}
+
 /* ls_cuda_mmq_kw_override: 0 = kw_of (the shape decides), else that k-warp count for every
  * weight. Benchmarks only: kw sets the reduction order, so it changes the bits. */
 std::atomic<int> g_kw{0};
@@ -1061,6 +1070,10 @@ extern "C" int ls_cuda_mmq_policy(int policy) {
     return g_policy.exchange(policy);
 }
 
+extern "C" int ls_cuda_mmq_kq(int on) {
+    return g_kq.exchange(on ? 1 : 0);
+}
+
 extern "C" int ls_cuda_mmq_narrow(int on) {
     return g_narrow.exchange(on ? 1 : 0);
 }
@@ -1099,6 +1112,8 @@ extern "C" int ls_cuda_mmq_act_key(const ls_weight *w) {
     switch (ls_cuda_mmq_key(w)) {
     case -1: return -1;
     case 104: return 1; /* QMlx4::IL: the planes in nibble order */
+    case LS_TYPE_Q4_K:
+    case LS_TYPE_Q6_K: return g_kq.load(std::memory_order_relaxed) ? 2 : 0; /* kq_format.cuh */
     default: return 0;
     }
 }
@@ -1120,6 +1135,9 @@ extern "C" int ls_cuda_mmq_ex(cudaStream_t st, const ls_weight *w, const float *
         return -1;
     if (m == 0) return 0;
     if (!scratch || (uintptr_t)scratch % 16 != 0) return -1;
+    if (kq_key(key))
+        return ls::mmq::kq_launch(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0,
+                                  g_policy.load(std::memory_order_relaxed));
     switch (key) {
     case 104: return launch<QMlx4>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
     case 108: return launch<QMlx8>(st, key, c, x, m, y, scratch, scratch_bytes, act_ready != 0);
@@ -1137,6 +1155,8 @@ extern "C" int ls_cuda_mmq_ex(cudaStream_t st, const ls_weight *w, const float *
 extern "C" int ls_cuda_mmq_groupable(const ls_weight *a, const ls_weight *b, int64_t m, size_t scratch_bytes) {
     const int key = ls_cuda_mmq_key(a);
     if (key < 0 || ls_cuda_mmq_key(b) != key || a->cols != b->cols || m <= 0) return 0;
+    if (kq_key(key)) /* the K-quant kernels take one weight a launch: a group runs them in turn */
+        return ls_cuda_mmq_single_pass(m, a->cols, scratch_bytes);
     if (!ls_cuda_mmq_single_pass(m, a->cols, scratch_bytes)) return 0;
     /* one kernel for the whole group: the dp4a kernel, the small-M or the narrow-call one for all */
     if (ls::mmq::use_mma(m, a->rows) || ls::mmq::use_mma(m, b->rows)) return 0;
@@ -1160,7 +1180,15 @@ extern "C" int ls_cuda_mmq_group(cudaStream_t st, int n, const ls_weight *const 
         if (ls_cuda_mmq_key(w[i]) != key || ls::q::mm_prepare(w[i], g.c[i]) < 0) return -1;
         g.y[i] = y[i];
     }
-    if (!ls_cuda_mmq_single_pass(m, w[0]->cols, scratch_bytes) || ls::mmq::use_mma(m, w[0]->rows)) return -1;
+    if (!ls_cuda_mmq_single_pass(m, w[0]->cols, scratch_bytes)) return -1;
+    if (kq_key(key)) { /* one launch a weight on the activations quantized once: the bits of separate calls */
+        for (int i = 0; i < n; i++)
+            if (ls::mmq::kq_launch(st, key, g.c[i], x, m, y[i], scratch, scratch_bytes, act_ready != 0 || i > 0,
+                                   g_policy.load(std::memory_order_relaxed)) != 0)
+                return -1;
+        return 0;
+    }
+    if (ls::mmq::use_mma(m, w[0]->rows)) return -1;
     switch (key) {
     case 104: return launch_group<QMlx4>(st, key, g, x, m, scratch, act_ready != 0);
     case 108: return launch_group<QMlx8>(st, key, g, x, m, scratch, act_ready != 0);
