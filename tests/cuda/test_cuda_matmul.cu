@@ -607,7 +607,7 @@ bool test_group(const char *label, ls_type t, int bits) {
 }
 
 /* a producer that quantizes its output for the next matmul == the plain producer + the
- * matmul's own quantization (layout 0: Q5_0, layout 1: MLX 4-bit) */
+ * matmul's own quantization (layout 0: Q5_0, layout 1: MLX 4-bit, layout 2: Q4_K) */
 bool test_fused_quant(const char *label, ls_type t, int bits, int64_t K) {
     const Case c = {label, t, bits, 64, LS_TYPE_BF16, 96, K, 0, false};
     Weight W;
@@ -659,6 +659,7 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
     const char *only = getenv("LS_BENCH_ONLY"); /* e.g. "q4_k" (profiling one matrix) */
     /* LS_BENCH_KQ=0: Q4_K / Q6_K on the two-plane format instead of the K-quant one */
     if (getenv("LS_BENCH_KQ") && !strcmp(getenv("LS_BENCH_KQ"), "0")) ls_cuda_mmq_kq(0);
+    if (getenv("LS_BENCH_PF4")) ls_cuda_kq_tile_pf(atoi(getenv("LS_BENCH_PF4")));
     if (only && strcmp(only, label) != 0) return;
     const int group = 64;
     Weight proto;
@@ -919,6 +920,7 @@ int main(int argc, char **argv) {
     for (int64_t K : {640, 2304, 8192}) { /* the register-resident add_rmsnorm's two sizes, and the general one */
         fails += !test_fused_quant("q5_0", LS_TYPE_Q5_0, 0, K);
         fails += !test_fused_quant("mlx4", LS_TYPE_MLX_AFFINE, 4, K);
+        if (K % 256 == 0) fails += !test_fused_quant("q4_k", LS_TYPE_Q4_K, 0, K); /* the K-quant format */
     }
     /* unsupported shapes answer -1 and launch nothing */
     {

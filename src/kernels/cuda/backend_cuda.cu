@@ -345,6 +345,7 @@ struct CudaBackend {
         const float *out;
         int64_t total;
         std::shared_ptr<int> layout;
+        bool kq; /* the producer can write the K-quant format too (layout 2: add_rmsnorm, gelu_mul) */
     } fuse;
     struct MmGroup {
         ls_weight d[3];
@@ -632,8 +633,8 @@ void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, fl
                 c->mm_last.k == d.cols && c->mm_last.layout == layout;
     /* recorded steps only (the producer has not run yet): the op before produced x and can
      * quantize it for us in its own launch */
-    /* (not yet for the K-quant format, layout 2: kq_format.cuh; its matmul quantizes) */
-    if (!ready && one_pass && layout != 2 && c->recording && c->fuse.seq == c->op_seq && c->fuse.out == x &&
+    /* (the attention output not yet in the K-quant format, layout 2: that matmul quantizes) */
+    if (!ready && one_pass && (layout != 2 || c->fuse.kq) && c->recording && c->fuse.seq == c->op_seq && c->fuse.out == x &&
         c->fuse.total == m * d.cols) {
         *c->fuse.layout = layout;
         ready = 1;
@@ -738,7 +739,7 @@ void cu_attention(ls_backend *be, const ls_attn_args *a) {
         if (!rec) upload_slot(sl);
         ls_cuda_attention(g_stream, &args, (const int32_t *)sl.dev, scratch, sbytes, c->mm_scratch, *q);
     });
-    if (rec && c->merge && a->hd >= 32 && a->hd % 32 == 0) c->fuse = {c->op_seq, a->out, a->m * a->n_head * (int64_t)a->hd, q};
+    if (rec && c->merge && a->hd >= 32 && a->hd % 32 == 0) c->fuse = {c->op_seq, a->out, a->m * a->n_head * (int64_t)a->hd, q, false};
 }
 
 void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
@@ -751,7 +752,7 @@ void cu_gelu_mul(ls_backend *be, float *gate, const float *up, int64_t n) {
         else
             ls_cuda_gelu_mul(g_stream, gate, up, n);
     });
-    if (c->recording && c->merge && n % 32 == 0) c->fuse = {c->op_seq, gate, n, q};
+    if (c->recording && c->merge && n % 32 == 0) c->fuse = {c->op_seq, gate, n, q, true};
 }
 
 void cu_add(ls_backend *be, float *x, const float *y, int64_t n) {
@@ -820,7 +821,7 @@ void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, flo
         else
             ls_cuda_add_rmsnorm(g_stream, x, t, dpost, s, xn, dpre, m, n, eps);
     });
-    if (c->recording && c->merge && xn && n % 32 == 0) c->fuse = {c->op_seq, xn, m * n, q};
+    if (c->recording && c->merge && xn && n % 32 == 0) c->fuse = {c->op_seq, xn, m * n, q, true};
 }
 
 void cu_norm_rope(ls_backend *be, float *x, const float *w, int64_t m, int32_t n_heads, int32_t hd, float eps,

@@ -82,6 +82,11 @@ __device__ __forceinline__ void wstep(Walk &w, int nsb) {
  * 2 g low nibbles, 2 g + 1 high) into the chunk's sub-blocks 2 hh, 2 hh + 1. */
 struct TQ4 {
     static constexpr bool Q6 = false;
+    static __device__ __forceinline__ void prefetch(const uint8_t *row, const Walk &w, int hh) {
+        const uint8_t *b = row + 144 * (size_t)w.c;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(b));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(b + 16 + 32 * (2 * w.h + hh)));
+    }
     struct Raw {
         uint32_t h[4], q[8];
     };
@@ -118,6 +123,12 @@ struct TQ4 {
  * (the low and high nibbles of ql[64 h + 32 hh .. + 32]; kq_vec.cu KQ6 states the layout). */
 struct TQ6 {
     static constexpr bool Q6 = true;
+    static __device__ __forceinline__ void prefetch(const uint8_t *row, const Walk &w, int hh) {
+        const uint8_t *b = row + 210 * (size_t)w.c;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(b + 64 * w.h + 32 * hh));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(b + 128 + 32 * w.h));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(b + 192 + 8 * w.h));
+    }
     struct Raw {
         uint32_t ql[8], qh[8], sc, d;
     };
@@ -212,53 +223,64 @@ __device__ __forceinline__ void fold_chunk(int (&isc)[2][4][4], uint32_t dec_sa,
     }
 }
 
-/* The superblock's f32 steps (kq_format.cuh) for the warp's outputs; isc back to 0. */
+/* The superblock's f32 steps (kq_format.cuh) for the warp's outputs; isc back to 0. Q4_K's
+ * im = sum_i mins2_i b16_i (i < 16: each min twice, against the 16-element sums) is one more
+ * integer product: m16n8k16 with b16 = 128 hi + lo (hi = b16 >> 7 in [-16, 15], lo = b16 & 127),
+ * im = 128 (A hi) + (A lo), exact. */
 template <class T>
 __device__ __forceinline__ void fold_sb(float (&p)[2][4][4], int (&isc)[2][4][4], const uint8_t *dec,
                                         const uint8_t *act, int lane) {
     const int g = lane >> 2, t4 = lane & 3;
+    float2 f[2][2];   /* [a][row g or g + 8]: d, dmin */
+    uint32_t am[2][2]; /* [a][row]: the doubled mins at k 4 t4 .. 4 t4 + 3 (Q4_K) */
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int a = 0; a < 2; a++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const uint8_t *arow = act + (8 * j + 2 * t4 + e) * XS;
-            const float da = *reinterpret_cast<const float *>(arow + 160);
-            uint4 bw0 = make_uint4(0u, 0u, 0u, 0u), bw1 = bw0; /* b16[0..7], b16[8..15] */
+        for (int r = 0; r < 2; r++) {
+            const uint8_t *row = dec + (16 * a + 8 * r + g) * DR;
+            f[a][r] = *reinterpret_cast<const float2 *>(row + 136);
+            am[a][r] = T::Q6 ? 0u : *reinterpret_cast<const uint32_t *>(row + 144 + 4 * t4);
+        }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t hi = 0u, lo = 0u;
+        if (!T::Q6) { /* B fragment: b16[4 t4 .. 4 t4 + 3] of activation row 8 j + g */
+            const uint2 bv = *reinterpret_cast<const uint2 *>(act + (8 * j + g) * XS + 128 + 8 * t4);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int v = (int)(short)(((e < 2 ? bv.x : bv.y) >> (16 * (e & 1))) & 0xffffu);
+                hi |= (uint32_t)((v >> 7) & 0xff) << (8 * e);
+                lo |= (uint32_t)(v & 0x7f) << (8 * e);
+            }
+        }
+        float da[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) da[e] = *reinterpret_cast<const float *>(act + (8 * j + 2 * t4 + e) * XS + 160);
+#pragma unroll
+        for (int a = 0; a < 2; a++) {
+            int ch[4] = {0, 0, 0, 0}, cl[4] = {0, 0, 0, 0};
             if (!T::Q6) {
-                bw0 = *reinterpret_cast<const uint4 *>(arow + 128);
-                bw1 = *reinterpret_cast<const uint4 *>(arow + 144);
+                mma_k16s(ch, am[a][0], am[a][1], hi);
+                mma_k16s(cl, am[a][0], am[a][1], lo);
             }
 #pragma unroll
-            for (int a = 0; a < 2; a++)
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int k = 2 * r + e;
-                    const uint8_t *row = dec + (16 * a + 8 * r + g) * DR;
-                    const float2 f = *reinterpret_cast<const float2 *>(row + 136); /* d, dmin */
-                    if (!T::Q6) {
-                        const uint4 m = *reinterpret_cast<const uint4 *>(row + 144); /* doubled mins */
-                        int im = 0;
-                        im = __dp2a_lo((int)bw0.x, (int)m.x, im);
-                        im = __dp2a_hi((int)bw0.y, (int)m.x, im);
-                        im = __dp2a_lo((int)bw0.z, (int)m.y, im);
-                        im = __dp2a_hi((int)bw0.w, (int)m.y, im);
-                        im = __dp2a_lo((int)bw1.x, (int)m.z, im);
-                        im = __dp2a_hi((int)bw1.y, (int)m.z, im);
-                        im = __dp2a_lo((int)bw1.z, (int)m.w, im);
-                        im = __dp2a_hi((int)bw1.w, (int)m.w, im);
-                        p[a][j][k] = ls::kq::fold_q4k(p[a][j][k], da, f.x, f.y, isc[a][j][k], im);
-                    } else {
-                        p[a][j][k] = ls::kq::fold_q6k(p[a][j][k], da, f.x, isc[a][j][k]);
-                    }
-                    isc[a][j][k] = 0;
-                }
+            for (int k = 0; k < 4; k++) {
+                const float2 fr = f[a][k >> 1];
+                if (!T::Q6)
+                    p[a][j][k] = ls::kq::fold_q4k(p[a][j][k], da[k & 1], fr.x, fr.y, isc[a][j][k], ch[k] * 128 + cl[k]);
+                else
+                    p[a][j][k] = ls::kq::fold_q6k(p[a][j][k], da[k & 1], fr.x, isc[a][j][k]);
+                isc[a][j][k] = 0;
+            }
         }
+    }
 }
 
-/* Q6_K's wider raw words and two products a block do not fit 128 registers (ptxas: 368
- * bytes of spills): one block an SM for it, two for Q4_K */
-template <class T>
-__global__ void __launch_bounds__(NT, T::Q6 ? 1 : 2) kq_tile_kernel(const Ctx c, const int8_t *__restrict__ xq,
+/* PF: the raw words are loaded when decoded, after an L2 prefetch one step ahead, instead of
+ * one step ahead into registers held across the fold (Q6_K's 18 of them: 208 registers, or
+ * 368 bytes of spills at two blocks an SM) */
+template <class T, bool PF>
+__global__ void __launch_bounds__(NT, 2) kq_tile_kernel(const Ctx c, const int8_t *__restrict__ xq,
                                                         const KMeta *__restrict__ xm, float *__restrict__ y,
                                                         int64_t M) {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -285,7 +307,12 @@ __global__ void __launch_bounds__(NT, T::Q6 ? 1 : 2) kq_tile_kernel(const Ctx c,
     }
     T::decode(dec + dr * DR, raw, lr.h, hh);
     wstep(lr, nsb);
-    if (lr.u < nu) T::load(raw, c.a16, rowp, lr, hh);
+    if (lr.u < nu) {
+        if constexpr (PF)
+            T::prefetch(rowp, lr, hh);
+        else
+            T::load(raw, c.a16, rowp, lr, hh);
+    }
 
     int isc[2][4][4];
     float p[2][4][4];
@@ -302,9 +329,15 @@ __global__ void __launch_bounds__(NT, T::Q6 ? 1 : 2) kq_tile_kernel(const Ctx c,
         issue_act(sbase + ((st + DS - 1) % DS) * ASTAGE, xq, xm, c.K, nsb, m0, M, la, la.u < nu);
         wstep(la, nsb);
         if (st + 1 < nsteps) {
+            if constexpr (PF) T::load(raw, c.a16, rowp, lr, hh);
             T::decode(dec + ((st + 1) & 1) * DEC + dr * DR, raw, lr.h, hh);
             wstep(lr, nsb);
-            if (lr.u < nu) T::load(raw, c.a16, rowp, lr, hh);
+            if (lr.u < nu) {
+                if constexpr (PF)
+                    T::prefetch(rowp, lr, hh);
+                else
+                    T::load(raw, c.a16, rowp, lr, hh);
+            }
         }
         const uint32_t dsa = sbase + DS * ASTAGE + (st & 1) * DEC + wdec;
         const uint32_t asa = sbase + (st % DS) * ASTAGE + wact;
@@ -340,13 +373,15 @@ __global__ void __launch_bounds__(NT, T::Q6 ? 1 : 2) kq_tile_kernel(const Ctx c,
             }
 }
 
-template <class T>
+std::atomic<int> g_pf4{0}; /* Q4_K's PF (ls_cuda_kq_tile_pf, A/B runs: the same bits) */
+
+template <class T, bool PF>
 int tile_launch_t(cudaStream_t st, const Ctx &c, const int8_t *xq, const KMeta *xm, float *y, int64_t M) {
     const int64_t gy = (c.N + BN - 1) / BN, gx = (M + BM - 1) / BM;
     if (gy > 65535 || gx > 0x7fffffff) return -1;
     static std::atomic<unsigned> raised{0}; /* devices whose limit is raised */
-    if (smem_limit(kq_tile_kernel<T>, SMEM, raised) != 0) return -1;
-    kq_tile_kernel<T><<<dim3((unsigned)gx, (unsigned)gy), NT, SMEM, st>>>(c, xq, xm, y, M);
+    if (smem_limit(kq_tile_kernel<T, PF>, SMEM, raised) != 0) return -1;
+    kq_tile_kernel<T, PF><<<dim3((unsigned)gx, (unsigned)gy), NT, SMEM, st>>>(c, xq, xm, y, M);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
@@ -364,9 +399,15 @@ bool kq_use_tile(int64_t M, int64_t N) {
 
 int kq_tile_launch(cudaStream_t st, int key, const Ctx &c, const int8_t *xq, const KMeta *xm, float *y, int64_t M) {
     if (c.K % SB != 0) return -1;
-    if (key == LS_TYPE_Q4_K) return tile_launch_t<TQ4>(st, c, xq, xm, y, M);
-    if (key == LS_TYPE_Q6_K) return tile_launch_t<TQ6>(st, c, xq, xm, y, M);
+    if (key == LS_TYPE_Q4_K)
+        return g_pf4.load(std::memory_order_relaxed) ? tile_launch_t<TQ4, true>(st, c, xq, xm, y, M)
+                                                     : tile_launch_t<TQ4, false>(st, c, xq, xm, y, M);
+    if (key == LS_TYPE_Q6_K) return tile_launch_t<TQ6, true>(st, c, xq, xm, y, M);
     return -1;
 }
 
 } // namespace ls::mmq
+
+extern "C" int ls_cuda_kq_tile_pf(int on) {
+    return g_pf4.exchange(on ? 1 : 0);
+}

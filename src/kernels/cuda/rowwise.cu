@@ -33,6 +33,7 @@
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/kq_format.cuh"
 #include "kernels/cuda/quant_act.cuh"
 
 namespace {
@@ -134,6 +135,26 @@ __global__ void __launch_bounds__(kThreads) k_gelu_mul_q(float *g, const float *
             for (int k = 0; k < 4; k++) g[4 * qq + k] = e[k];
         }
         ls::mmq::quant_quad<IL>(make_float4(e[0], e[1], e[2], e[3]), (int)(qq % 8), live, xq, xm, qq / 8);
+    }
+}
+
+/* gelu_mul and the K-quant quantization of its output (kq_format.cuh; n % 256 == 0, the rows
+ * a whole number of superblocks, so superblock q of the flat output is (row, superblock)
+ * q of the scratch): a warp per superblock, lane L its elements 8 L .. 8 L + 7, k_gelu_mul's
+ * element expression. */
+__global__ void __launch_bounds__(kThreads) k_gelu_mul_qk(float *g, const float *u, int64_t n, int8_t *codes,
+                                                          ls::kq::KMeta *meta) {
+    ls::pdl::enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t nsb = n / ls::kq::SB, nw = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t sb = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; sb < nsb; sb += nw) {
+        const int64_t base = ls::kq::SB * sb + 8 * lane;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = __fmul_rn(gelu_tanh(g[base + e]), u[base + e]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) g[base + e] = v[e];
+        ls::kq::quant_sb(v, true, codes + ls::kq::SB * sb, meta + sb);
     }
 }
 
@@ -277,7 +298,24 @@ __device__ __forceinline__ void quant_row(const float *row, int64_t n, int64_t b
     }
 }
 
-/* Q: 0 none, 1 the plain planes, 2 the MLX 4-bit nibble order (quant_act.cuh). */
+/* The same for the K-quant format (kq_format.cuh; n % 256 == 0): the block's warps take the
+ * row's superblocks in turn, lane L elements 8 L .. 8 L + 7, kq_vec.cu's quantization. */
+template <int TH>
+__device__ __forceinline__ void quant_row_k(const float *row, int64_t n, int64_t r, int8_t *codes,
+                                            ls::kq::KMeta *meta) {
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t nsb = n / ls::kq::SB;
+    for (int64_t sb = warp; sb < nsb; sb += TH / 32) {
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = row[ls::kq::SB * sb + 8 * lane + e];
+        ls::kq::quant_sb(v, true, codes + r * n + ls::kq::SB * sb, meta + r * nsb + sb);
+    }
+}
+
+/* Q: 0 none, 1 the plain planes, 2 the MLX 4-bit nibble order (quant_act.cuh), 3 the
+ * K-quant format (xm then points at its KMeta array). */
 template <int Q, int TH>
 __global__ void __launch_bounds__(TH)
     k_add_rmsnorm(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
@@ -301,7 +339,8 @@ __global__ void __launch_bounds__(TH)
     const float sc2 = rms_scale(block_sum_sq_t<TH>(b, red2), n, eps);
     float *o = xn + off;
     for (int64_t i = threadIdx.x; i < n; i += TH) o[i] = rms_elt(xr[i], sc2, w_pre, i); /* own writes */
-    if (Q) quant_row<Q == 2, TH>(o, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
+    if (Q == 3) quant_row_k<TH>(o, n, blockIdx.x, xq, reinterpret_cast<ls::kq::KMeta *>(xm));
+    else if (Q) quant_row<Q == 2, TH>(o, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
 }
 
 /* k_add_rmsnorm for rows of n <= NPT * TH, latency-shaped: a decode step runs it on one
@@ -359,7 +398,8 @@ __global__ void __launch_bounds__(TH)
         o[i] = v;
         if (Q) srow[i] = v;
     }
-    if (Q) quant_row<Q == 2, TH>(srow, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
+    if (Q == 3) quant_row_k<TH>(srow, n, blockIdx.x, xq, reinterpret_cast<ls::kq::KMeta *>(xm));
+    else if (Q) quant_row<Q == 2, TH>(srow, n, (int64_t)blockIdx.x * (n / 32), xq, xm);
 }
 
 /* The add_rmsnorm launch: the register-resident kernel when a row fits (n <= 6144: every
@@ -597,10 +637,13 @@ void ls_cuda_add_rmsnorm(cudaStream_t st, float *x, const float *t, const float 
 void ls_cuda_add_rmsnorm_q(cudaStream_t st, float *x, const float *t, const float *w_post, float s, float *xn,
                            const float *w_pre, int64_t m, int64_t n, float eps, void *scratch, int layout) {
     if (m <= 0 || n <= 0) return;
-    LSC_REQUIRE(m <= INT32_MAX && xn && n % 32 == 0 && (layout == 0 || layout == 1));
+    LSC_REQUIRE(m <= INT32_MAX && xn && n % 32 == 0 && layout >= 0 && layout <= 2 && (layout != 2 || n % 256 == 0));
     int8_t *xq = (int8_t *)scratch;
     ls::mmq::Meta *xm = ls::mmq::meta_of(scratch, m * n);
-    if (layout == 1)
+    if (layout == 2)
+        launch_add_rmsnorm<3>(st, x, t, w_post, s, xn, w_pre, m, n, eps, xq,
+                              reinterpret_cast<ls::mmq::Meta *>(ls::kq::meta_of(scratch, m, n)));
+    else if (layout == 1)
         launch_add_rmsnorm<2>(st, x, t, w_post, s, xn, w_pre, m, n, eps, xq, xm);
     else
         launch_add_rmsnorm<1>(st, x, t, w_post, s, xn, w_pre, m, n, eps, xq, xm);
@@ -609,11 +652,14 @@ void ls_cuda_add_rmsnorm_q(cudaStream_t st, float *x, const float *t, const floa
 
 void ls_cuda_gelu_mul_q(cudaStream_t st, float *gate, const float *up, int64_t n, void *scratch, int layout) {
     if (n <= 0) return;
-    LSC_REQUIRE(n % 32 == 0 && (layout == 0 || layout == 1));
+    LSC_REQUIRE(n % 32 == 0 && layout >= 0 && layout <= 2 && (layout != 2 || n % 256 == 0));
     int8_t *xq = (int8_t *)scratch;
     ls::mmq::Meta *xm = ls::mmq::meta_of(scratch, n);
     const unsigned blocks = elt_blocks(n / 4);
-    if (layout == 1)
+    if (layout == 2) /* the scratch as one row of n: its superblocks are the rows' in order */
+        LSC_CHECK(ls::pdl::launch(k_gelu_mul_qk, elt_blocks(n / 8), kThreads, 0, st, gate, up, n, xq,
+                                  ls::kq::meta_of(scratch, 1, n)));
+    else if (layout == 1)
         LSC_CHECK(ls::pdl::launch(k_gelu_mul_q<true>, blocks, kThreads, 0, st, gate, up, n, xq, xm));
     else
         LSC_CHECK(ls::pdl::launch(k_gelu_mul_q<false>, blocks, kThreads, 0, st, gate, up, n, xq, xm));
