@@ -386,7 +386,7 @@ bool test_case(const Case &c, bool quick) {
         }
         /* the small-M tensor-core kernel (mmq_small.cu small_launch) for every call */
         ls_cuda_mmq_policy(3);
-        for (int64_t M : {1, 2, 3, 5, 8, 9, 17}) {
+        for (int64_t M : {1, 2, 3, 5, 8, 9, 16, 17}) {
             if (!ok || M > MX) break;
             std::vector<float> y;
             if (!run_mm(W, dx, M, dy, y, "small")) ok = false;

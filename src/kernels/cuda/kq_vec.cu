@@ -291,7 +291,8 @@ int vec_launch(cudaStream_t st, const Ctx &c, const int8_t *xq, const KMeta *xm,
 namespace ls::mmq {
 
 /* policy as ls_cuda_mmq_policy: 2 and 4 force the tiles (the tests compare them with the
- * vector kernel at every M), 1 / 3 / 5 the vector kernel, 0 lets the shape decide */
+ * vector kernel at every M), 3 the small-M kernel where it serves (Q4_K, up to 16 rows),
+ * 1 / 5 the vector kernel, 0 lets the shape decide */
 int kq_launch(cudaStream_t st, int key, const Ctx &c, const float *x, int64_t M, float *y, void *scratch,
               size_t scratch_bytes, bool act_ready, int policy) {
     if (c.K % SB != 0 || (key != LS_TYPE_Q4_K && key != LS_TYPE_Q6_K)) return -1;
@@ -313,10 +314,18 @@ int kq_launch(cudaStream_t st, int key, const Ctx &c, const float *x, int64_t M,
             if (e != cudaSuccess) return -1;
         }
         float *yr = y + r0 * c.N;
-        const bool tile = policy == 2 || policy == 4 || (policy == 0 && kq_use_tile(mr, c.N));
+        const bool tile = policy == 2 || policy == 4 ||
+                          (policy == 0 && kq_use_tile(mr, c.N) && !(key == LS_TYPE_Q4_K && mr <= 16));
         if (tile) {
             if (kq_tile_launch(st, key, c, xq, xm, yr, mr) != 0) return -1;
             continue;
+        }
+        /* Q4_K calls of 2..16 rows: the tensor-core kernel of kq_small.cu (H200, 21504 x 5376,
+         * 4 rows: 33.1 us against 106.7 here; policy 3 forces it for every call it can serve:
+         * the tests compare it with this one at 1..16 rows) */
+        if (key == LS_TYPE_Q4_K && mr <= 16 && (policy == 3 || (policy == 0 && mr >= 2))) {
+            if (kq_small_launch(st, key, c, xq, xm, yr, mr) == 0) continue;
+            if (policy == 3) return -1;
         }
         const int rc = key == LS_TYPE_Q4_K ? vec_launch<KQ4>(st, c, xq, xm, yr, mr)
                                            : vec_launch<KQ6>(st, c, xq, xm, yr, mr);
