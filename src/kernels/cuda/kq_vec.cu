@@ -295,7 +295,7 @@ namespace ls::mmq {
  * 1 / 5 the vector kernel, 0 lets the shape decide */
 int kq_launch(cudaStream_t st, int key, const Ctx &c, const float *x, int64_t M, float *y, void *scratch,
               size_t scratch_bytes, bool act_ready, int policy) {
-    if (c.K % SB != 0 || (key != LS_TYPE_Q4_K && key != LS_TYPE_Q6_K)) return -1;
+    if (c.K <= 0 || c.K % SB != 0 || (key != LS_TYPE_Q4_K && key != LS_TYPE_Q6_K)) return -1;
     const size_t per_row = ls::kq::scratch_bytes(1, c.K);
     const int64_t cap = (int64_t)(scratch_bytes / per_row);
     if (cap < 1) return -1;
