@@ -444,6 +444,22 @@ bool test_case(const Case &c, bool quick) {
         else if (ok) cmp_rows(y, 5, 1, "x unaligned");
     }
 
+    /* (a2) the K-quant path in several passes: a scratch of 3 rows' quantized activations (codes
+     * and one 48-byte metadata record a superblock, kq_format.cuh) for a call of 7 rows */
+    if (ok && kq_weight(W) && MX >= 7) {
+        const size_t sb3 = 3 * (size_t)(K + K / 256 * 48);
+        CK(cudaMemset(dy, 0xff, (size_t)7 * N * sizeof(float)));
+        if (ls_cuda_matmul(0, &W.w, dx, 7, dy, scratch(), sb3) != 0) {
+            printf("  K-quant call in three passes refused\n");
+            ok = false;
+        } else {
+            CK(cudaDeviceSynchronize());
+            std::vector<float> y((size_t)7 * N);
+            CK(cudaMemcpy(y.data(), dy, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            cmp_rows(y, 7, 0, "three passes");
+        }
+    }
+
     /* (b0) the K-quant order: the GPU's rows == the host's statement of it, bit for bit */
     if (ok && kq_weight(W)) {
         std::vector<float> yr((size_t)N);
@@ -607,7 +623,7 @@ bool test_group(const char *label, ls_type t, int bits) {
 }
 
 /* a producer that quantizes its output for the next matmul == the plain producer + the
- * matmul's own quantization (layout 0: Q5_0, layout 1: MLX 4-bit, layout 2: Q4_K) */
+ * matmul's own quantization (layout 0: Q5_0, layout 1: MLX 4-bit, layout 2: Q4_K, Q6_K) */
 bool test_fused_quant(const char *label, ls_type t, int bits, int64_t K) {
     const Case c = {label, t, bits, 64, LS_TYPE_BF16, 96, K, 0, false};
     Weight W;
@@ -920,7 +936,10 @@ int main(int argc, char **argv) {
     for (int64_t K : {640, 2304, 8192}) { /* the register-resident add_rmsnorm's two sizes, and the general one */
         fails += !test_fused_quant("q5_0", LS_TYPE_Q5_0, 0, K);
         fails += !test_fused_quant("mlx4", LS_TYPE_MLX_AFFINE, 4, K);
-        if (K % 256 == 0) fails += !test_fused_quant("q4_k", LS_TYPE_Q4_K, 0, K); /* the K-quant format */
+        if (K % 256 == 0) { /* the K-quant format */
+            fails += !test_fused_quant("q4_k", LS_TYPE_Q4_K, 0, K);
+            fails += !test_fused_quant("q6_k", LS_TYPE_Q6_K, 0, K);
+        }
     }
     /* unsupported shapes answer -1 and launch nothing */
     {

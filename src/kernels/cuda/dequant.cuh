@@ -108,6 +108,18 @@ __device__ __forceinline__ void ld_a2(uint32_t *o, const uint8_t *p) {
 #pragma unroll
     for (int j = 0; j < NWD; j++) o[j] = __funnelshift_r(v[j], v[j + 1], sh);
 }
+/* 16 weight bytes at p that bypass L1 when a16 (weights are streamed once; L1 keeps the
+ * activations every warp re-reads), else ld_a2: the integer matmuls' weight loads (mmq.cu,
+ * kq_vec.cu). */
+__device__ __forceinline__ void ldw16(uint32_t *o, const uint8_t *p, int a16) {
+    if (a16) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(o[0]), "=r"(o[1]), "=r"(o[2]), "=r"(o[3])
+                     : "l"(p));
+    } else {
+        ld_a2<4>(o, p);
+    }
+}
 /* 16 bytes at p: one 16-byte load when a16 (uniform per launch), else ld_a2. */
 __device__ __forceinline__ void ld16(uint32_t *o, const uint8_t *p, int a16) {
     if (a16) {

@@ -130,7 +130,7 @@ int kq_launch(cudaStream_t st, int key, const ls::q::Ctx &c, const float *x, int
 int kq_tile_launch(cudaStream_t st, int key, const ls::q::Ctx &c, const int8_t *xq, const ls::kq::KMeta *xm,
                    float *y, int64_t M);
 bool kq_use_tile(int64_t M, int64_t N);
-/* kq_small.cu: Q4_K calls of 1..16 rows by tensor cores (the shape sends 2..16 there) */
+/* kq_small.cu: Q4_K / Q6_K calls of 1..16 rows by tensor cores (the shape sends 2..16 there) */
 int kq_small_launch(cudaStream_t st, int key, const ls::q::Ctx &c, const int8_t *xq, const ls::kq::KMeta *xm,
                     float *y, int64_t M);
 } // namespace ls::mmq

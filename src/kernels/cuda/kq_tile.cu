@@ -34,6 +34,7 @@ using ls::kq::KMeta;
 using ls::kq::KQ_U;
 using ls::kq::SB;
 using ls::mmq::ldsm_x4;
+using ls::mmq::mma_k16s;
 using ls::mmq::mma_k32;
 
 constexpr int DW = 4, DA = 2;    /* warps along weight rows, activation rows */
@@ -53,13 +54,6 @@ constexpr int DEC = BN * DR;
 constexpr int TOT = NT * 32 * 4;
 constexpr int SMEM = DS * ASTAGE + 2 * DEC + TOT;
 constexpr int APIECES = BM * 11; /* a row: 8 code pieces, 2 of b16, 1 with d */
-
-/* C = A B over one m16n8k16 tile of signed bytes, C starting at 0 */
-__device__ __forceinline__ void mma_k16s(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b0), "r"(0));
-}
 
 /* The walk: virtual lane u, superblock c, chunk h; live while u < nu. */
 struct Walk {

@@ -28,17 +28,6 @@ using ls::kq::SB;
 
 constexpr int VWARPS = 4; /* warps per block */
 
-/* 16 weight bytes that bypass L1 (streamed once; L1 keeps the activations every warp
- * re-reads); 2-byte aligned fallback */
-__device__ __forceinline__ void ldw16(uint32_t *o, const uint8_t *p, int a16) {
-    if (a16) {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(o[0]), "=r"(o[1]), "=r"(o[2]), "=r"(o[3])
-                     : "l"(p));
-    } else {
-        ld_a2<4>(o, p);
-    }
-}
 
 /* Q4_K {f16 d, dmin; u8 scales[12]; u8 qs[128]} (144 B): lane l4 takes qs[32 l4 .. + 32],
  * sub-block 2 l4 in the low nibbles, 2 l4 + 1 in the high ones. */
@@ -291,7 +280,7 @@ int vec_launch(cudaStream_t st, const Ctx &c, const int8_t *xq, const KMeta *xm,
 namespace ls::mmq {
 
 /* policy as ls_cuda_mmq_policy: 2 and 4 force the tiles (the tests compare them with the
- * vector kernel at every M), 3 the small-M kernel where it serves (Q4_K, up to 16 rows),
+ * vector kernel at every M), 3 the small-M kernels where they serve (up to 16 rows),
  * 1 / 5 the vector kernel, 0 lets the shape decide */
 int kq_launch(cudaStream_t st, int key, const Ctx &c, const float *x, int64_t M, float *y, void *scratch,
               size_t scratch_bytes, bool act_ready, int policy) {
@@ -315,15 +304,15 @@ int kq_launch(cudaStream_t st, int key, const Ctx &c, const float *x, int64_t M,
         }
         float *yr = y + r0 * c.N;
         const bool tile = policy == 2 || policy == 4 ||
-                          (policy == 0 && kq_use_tile(mr, c.N) && !(key == LS_TYPE_Q4_K && mr <= 16));
+                          (policy == 0 && kq_use_tile(mr, c.N) && mr > 16);
         if (tile) {
             if (kq_tile_launch(st, key, c, xq, xm, yr, mr) != 0) return -1;
             continue;
         }
-        /* Q4_K calls of 2..16 rows: the tensor-core kernel of kq_small.cu (H200, 21504 x 5376,
+        /* calls of 2..16 rows: the tensor-core kernels of kq_small.cu (H200, Q4_K 21504 x 5376,
          * 4 rows: 33.1 us against 106.7 here; policy 3 forces it for every call it can serve:
          * the tests compare it with this one at 1..16 rows) */
-        if (key == LS_TYPE_Q4_K && mr <= 16 && (policy == 3 || (policy == 0 && mr >= 2))) {
+        if (mr <= 16 && (policy == 3 || (policy == 0 && mr >= 2))) {
             if (kq_small_launch(st, key, c, xq, xm, yr, mr) == 0) continue;
             if (policy == 3) return -1;
         }

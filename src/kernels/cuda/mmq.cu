@@ -107,17 +107,6 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
     return d;
 }
 
-/* 16 weight bytes that bypass L1 (streamed once), so L1 keeps the activation planes that
- * every warp of the SM re-reads; 2-byte aligned fallback as ld16. */
-__device__ __forceinline__ void ldw16(uint32_t *o, const uint8_t *p, int a16) {
-    if (a16) {
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(o[0]), "=r"(o[1]), "=r"(o[2]), "=r"(o[3])
-                     : "l"(p));
-    } else {
-        ld_a2<4>(o, p);
-    }
-}
 
 /* The planes of one activation block: h[8], l[8] words, and its metadata. */
 struct XBlk {

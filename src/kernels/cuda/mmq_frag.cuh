@@ -45,6 +45,14 @@ __device__ __forceinline__ void mma_k16u(int (&c)[4], uint32_t a0, uint32_t a1, 
         : "r"(a0), "r"(a1), "r"(b0), "r"(c0.x), "r"(c0.y), "r"(c0.z), "r"(c0.w));
 }
 
+/* C = A B over one m16n8k16 tile of signed bytes, C starting at 0 (the K-quant kernels:
+ * Q6_K's 16-element scale groups, the Q4_K mins term). */
+__device__ __forceinline__ void mma_k16s(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
 /* Four 8 x 8 matrices of 16-bit elements (8 rows of 16 bytes each) from shared memory: lanes
  * 8 i .. 8 i + 7 give the row addresses of matrix i; the thread gets, of each, row lane / 4,
  * bytes 4 (lane % 4) .. + 3: an m16n8k32 A fragment (rows 0-15 from lanes 0-15, bytes 16 ..
