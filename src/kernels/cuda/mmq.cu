@@ -1,7 +1,8 @@
 /* Integer-dot matmul for the weight types that carry most of the bytes of the models this
  * engine is for (MLX affine 4/8-bit: Gemma 4 31B QAT; Q8_0, Q4_K, Q6_K: GGUF LM heads,
  * attention and MLP). cuda_matmul.h states the contract; docs/cuda.md section 2a explains
- * the numerics.
+ * the numerics. Q4_K and Q6_K go to the K-quant format and kernels (kq_format.cuh,
+ * kq_vec.cu) unless ls_cuda_mmq_kq(0) gives them this file's format back (A/B runs).
  *
  * Why: the f32 kernel (matmul.cu) dequantizes every weight exactly and spends ~8
  * instructions per weight element, which caps decode at 22-46% of HBM bandwidth and makes a
