@@ -4,15 +4,16 @@
  *
  * A block of 8 warps owns 128 weight rows x 64 activation rows (a warp 32 x 32) and walks
  * the order: virtual lane u = 0 .. nu - 1, its superblocks u, u + 8, .. in increasing order,
- * each as two chunks of 128 elements, one step a chunk. Weights go global -> registers (one
- * chunk ahead) -> decoded into shared memory by the block (a thread half a row: codes as
+ * each as two chunks of 128 elements, one step a chunk. Weights go global -> registers (Q4_K
+ * one chunk ahead; Q6_K when decoded, after an L2 prefetch one chunk ahead: PF below) ->
+ * decoded into shared memory by the block (a thread half a row: codes as
  * bytes, Q6_K as signed q - 32, the chunk's integer scales, the superblock's mins and f32
  * d / dmin); activation chunks (codes, the superblock's 16-element sums and d) arrive by
  * cp.async three stages deep. A warp's fragments come by ldmatrix (row strides of 176
  * bytes: the 8 rows of each 8 x 16-byte matrix in distinct banks); each 32-element block
  * is one m16n8k32 product (Q4_K) or two m16n8k16 (Q6_K, one per 16-element scale), scaled
- * into an exact int32 per output; at a superblock's end the mins (Q4_K, by dp2a on the
- * 16-element sums) and the f32 steps of kq_format.cuh fold it into the lane's f32, and a
+ * into an exact int32 per output; at a superblock's end the mins (Q4_K: one m16n8k16 product
+ * pair against the 16-element sums, fold_sb) and the f32 steps of kq_format.cuh fold it into the lane's f32, and a
  * lane's f32 joins the running total (kept in shared memory: it changes 8 times a call). */
 #include <stdint.h>
 
