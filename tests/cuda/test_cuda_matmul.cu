@@ -384,7 +384,7 @@ bool test_case(const Case &c, bool quick) {
             if (!run_mm(W, dx, M, dy, y, "tile")) ok = false;
             else cmp_rows(y, M, 0, "block tiles");
         }
-        /* the small-M tensor-core kernel (mmq_small.cu small_launch) for every call */
+        /* the small-M tensor-core kernel (mmq_small.cu small_launch; K-quants: kq_small.cu) for every call */
         ls_cuda_mmq_policy(3);
         for (int64_t M : {1, 2, 3, 5, 8, 9, 16, 17}) {
             if (!ok || M > MX) break;
@@ -417,7 +417,8 @@ bool test_case(const Case &c, bool quick) {
             }
             ls_cuda_mmq_narrow_rows(0);
         }
-        /* and the dp4a kernel for every call (the default sends M <= 8 to the small one) */
+        /* and the dp4a kernel (K-quants: kq_vec.cu's) for every call (the default sends M <= 8 to the small
+         * one; K-quants 2..16) */
         ls_cuda_mmq_policy(1);
         for (int64_t M : {1, 4, 5, 8}) {
             if (!ok || M > MX) break;

@@ -306,8 +306,10 @@ int kq_launch(cudaStream_t st, int key, const Ctx &c, const float *x, int64_t M,
         const bool tile = policy == 2 || policy == 4 ||
                           (policy == 0 && kq_use_tile(mr, c.N) && mr > 16);
         if (tile) {
-            if (kq_tile_launch(st, key, c, xq, xm, yr, mr) != 0) return -1;
-            continue;
+            /* refused (a device whose shared memory per block is below the tiles' 111 KB): the
+             * vector kernel serves the call, the same bits; a test forcing the tiles fails */
+            if (kq_tile_launch(st, key, c, xq, xm, yr, mr) == 0) continue;
+            if (policy != 0) return -1;
         }
         /* calls of 2..16 rows: the tensor-core kernels of kq_small.cu (H200, Q4_K 21504 x 5376,
          * 4 rows: 33.1 us against 106.7 here; policy 3 forces it for every call it can serve:
