@@ -13,7 +13,9 @@
  *      (M = 1); also as part of a call whose rows start at an offset (other tile slots) and
  *      with activations at a 4-byte (not 16-byte) aligned address;
  *  (b) accuracy: per activation row, ||y - y_ref|| / ||y_ref|| < 1e-5 (2e-4 for the types of
- *      the integer path, mmq.cu: 16-bit activations), y_ref in double from
+ *      the integer path, mmq.cu: 16-bit activations; 2e-2 for Q4_K / Q6_K, whose K-quant kernels
+ *      take the CPU's 8-bit Q8_K activations and must equal the host statement of their order
+ *      bit for bit, kq_format.cuh), y_ref in double from
  *      the CPU reference dequantizer (ls_type_get()->dequantize_row,
  *      ls_mlx_affine_dequantize_row);
  *  (c) get_rows bit-identical to the CPU dequantizer (and zero rows for out-of-range ids);
