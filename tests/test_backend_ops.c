@@ -82,8 +82,11 @@ static const tolpair TOL_MM_MLX = {1e-5, 2e-4};
  * blocks of 256): ~0.5% relative rms per element, 0.65-0.9% per output row seen. */
 static const tolpair TOL_MM_QUANT = {2e-2, 2e-4};
 /* Q4_K / Q6_K: the CUDA backend quantizes their activations as the CPU does (Q8_K blocks of
- * 256, docs/cuda.md 2a "K-quants"), so its error is the CPU's. */
+ * 256, docs/cuda.md 2a "K-quants"), so its error is the CPU's; and against the CPU's rows it
+ * differs only in the f32 order of the superblock folds (H200: 1.7e-7 / 6.6e-8), so the
+ * cross-kind check takes TOL_MM_KQUANT_CROSS instead of the sum of the two columns. */
 static const tolpair TOL_MM_KQUANT = {2e-2, 2e-2};
+static const double TOL_MM_KQUANT_CROSS = 1e-5;
 /* get_rows is dequantization: the CPU is bit-exact with dequantize_row; a device may round
  * d * q + m differently by an ulp. */
 static const tolpair TOL_GET_ROWS = {1e-6, 1e-6};
@@ -749,7 +752,9 @@ static void test_matmul(void **state) {
                     double ref[MM_N];
                     for (int64_t n = 0; n < N; n++) ref[n] = res[0][r * N + n];
                     const double e = row_err(MET_REL, res[k] + r * N, ref, NULL, N);
-                    check_cross(k, "matmul", "relL2", e, tol + tol_of(0, tp), "%s row %lld", tw.label, (long long)r);
+                    const bool kq = c->type == LS_TYPE_Q4_K || c->type == LS_TYPE_Q6_K;
+                    check_cross(k, "matmul", "relL2", e, kq ? TOL_MM_KQUANT_CROSS : tol + tol_of(0, tp), "%s row %lld",
+                                tw.label, (long long)r);
                     if (e > tl->xerr[k]) tl->xerr[k] = e;
                 }
         }

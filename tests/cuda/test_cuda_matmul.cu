@@ -449,7 +449,7 @@ bool test_case(const Case &c, bool quick) {
 
     /* (a2) the K-quant path in several passes: a scratch of 3 rows' quantized activations (codes
      * and one 48-byte metadata record a superblock, kq_format.cuh) for a call of 7 rows */
-    if (ok && kq_weight(W) && MX >= 7) {
+    if (ok && kq_weight(W)) {
         const size_t sb3 = 3 * (size_t)(K + K / 256 * 48);
         CK(cudaMemset(dy, 0xff, (size_t)7 * N * sizeof(float)));
         if (ls_cuda_matmul(0, &W.w, dx, 7, dy, scratch(), sb3) != 0) {
@@ -678,7 +678,6 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
     const char *only = getenv("LS_BENCH_ONLY"); /* e.g. "q4_k" (profiling one matrix) */
     /* LS_BENCH_KQ=0: Q4_K / Q6_K on the two-plane format instead of the K-quant one */
     if (getenv("LS_BENCH_KQ") && !strcmp(getenv("LS_BENCH_KQ"), "0")) ls_cuda_mmq_kq(0);
-    if (getenv("LS_BENCH_PF4")) ls_cuda_kq_tile_pf(atoi(getenv("LS_BENCH_PF4")));
     if (only && strcmp(only, label) != 0) return;
     const int group = 64;
     Weight proto;

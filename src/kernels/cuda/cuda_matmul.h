@@ -88,10 +88,6 @@ int ls_cuda_mmq_narrow(int on);
  * kq_tile.cu), 0 the 16-bit two-plane format of the other types. The two give different
  * bits: set it before a model runs, never while one does. Returns the previous value. */
 int ls_cuda_mmq_kq(int on);
-/* Benchmarks only: 1 gives Q4_K's K-quant tiles (kq_tile.cu) the prefetched raw loads of
- * Q6_K's, 0 (the default) loads one step ahead into registers; the same bits. Returns the
- * previous value. */
-int ls_cuda_kq_tile_pf(int on);
 /* Tests and A/B runs: rows a block of the narrow-call kernel takes for MLX 4-bit calls (16: one
  * m16 tile a warp, 32: two), 0 = the call's shape decides (mmq_narrow.cu rows_of); the same
  * bits by construction. Returns the previous value, -1 for a bad one. Process-wide. */

@@ -77,11 +77,9 @@ __device__ __forceinline__ void wstep(Walk &w, int nsb) {
  * 2 g low nibbles, 2 g + 1 high) into the chunk's sub-blocks 2 hh, 2 hh + 1. */
 struct TQ4 {
     static constexpr bool Q6 = false;
-    static __device__ __forceinline__ void prefetch(const uint8_t *row, const Walk &w, int hh) {
-        const uint8_t *b = row + 144 * (size_t)w.c;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(b));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(b + 16 + 32 * (2 * w.h + hh)));
-    }
+    /* raw words loaded one step ahead into registers (with Q6_K's scheme below: 867 / 1,236 us
+     * against 751 / 866 on 21504 x 5376 / 5376 x 21504, 512 rows, H200) */
+    static constexpr bool PF = false;
     struct Raw {
         uint32_t h[4], q[8];
     };
@@ -118,6 +116,10 @@ struct TQ4 {
  * (the low and high nibbles of ql[64 h + 32 hh .. + 32]; kq_vec.cu KQ6 states the layout). */
 struct TQ6 {
     static constexpr bool Q6 = true;
+    /* raw words loaded when decoded, after an L2 prefetch one step ahead: held across the fold
+     * (18 registers) they cost Q6_K half its blocks (208 registers, or 368 bytes of spills at
+     * two blocks an SM) */
+    static constexpr bool PF = true;
     static __device__ __forceinline__ void prefetch(const uint8_t *row, const Walk &w, int hh) {
         const uint8_t *b = row + 210 * (size_t)w.c;
         asm volatile("prefetch.global.L2 [%0];" ::"l"(b + 64 * w.h + 32 * hh));
@@ -271,10 +273,16 @@ __device__ __forceinline__ void fold_sb(float (&p)[2][4][4], int (&isc)[2][4][4]
     }
 }
 
-/* PF: the raw words are loaded when decoded, after an L2 prefetch one step ahead, instead of
- * one step ahead into registers held across the fold (Q6_K's 18 of them: 208 registers, or
- * 368 bytes of spills at two blocks an SM) */
-template <class T, bool PF>
+/* The weights of the chunk the walk lr names next: prefetched (T::PF) or loaded into raw. */
+template <class T>
+__device__ __forceinline__ void next_raw(typename T::Raw &raw, int a16, const uint8_t *rowp, const Walk &lr, int hh) {
+    if constexpr (T::PF)
+        T::prefetch(rowp, lr, hh);
+    else
+        T::load(raw, a16, rowp, lr, hh);
+}
+
+template <class T>
 __global__ void __launch_bounds__(NT, 2) kq_tile_kernel(const Ctx c, const int8_t *__restrict__ xq,
                                                         const KMeta *__restrict__ xm, float *__restrict__ y,
                                                         int64_t M) {
@@ -302,12 +310,7 @@ __global__ void __launch_bounds__(NT, 2) kq_tile_kernel(const Ctx c, const int8_
     }
     T::decode(dec + dr * DR, raw, lr.h, hh);
     wstep(lr, nsb);
-    if (lr.u < nu) {
-        if constexpr (PF)
-            T::prefetch(rowp, lr, hh);
-        else
-            T::load(raw, c.a16, rowp, lr, hh);
-    }
+    if (lr.u < nu) next_raw<T>(raw, c.a16, rowp, lr, hh);
 
     int isc[2][4][4];
     float p[2][4][4];
@@ -324,15 +327,10 @@ __global__ void __launch_bounds__(NT, 2) kq_tile_kernel(const Ctx c, const int8_
         issue_act(sbase + ((st + DS - 1) % DS) * ASTAGE, xq, xm, c.K, nsb, m0, M, la, la.u < nu);
         wstep(la, nsb);
         if (st + 1 < nsteps) {
-            if constexpr (PF) T::load(raw, c.a16, rowp, lr, hh);
+            if constexpr (T::PF) T::load(raw, c.a16, rowp, lr, hh);
             T::decode(dec + ((st + 1) & 1) * DEC + dr * DR, raw, lr.h, hh);
             wstep(lr, nsb);
-            if (lr.u < nu) {
-                if constexpr (PF)
-                    T::prefetch(rowp, lr, hh);
-                else
-                    T::load(raw, c.a16, rowp, lr, hh);
-            }
+            if (lr.u < nu) next_raw<T>(raw, c.a16, rowp, lr, hh);
         }
         const uint32_t dsa = sbase + DS * ASTAGE + (st & 1) * DEC + wdec;
         const uint32_t asa = sbase + (st % DS) * ASTAGE + wact;
@@ -368,15 +366,13 @@ __global__ void __launch_bounds__(NT, 2) kq_tile_kernel(const Ctx c, const int8_
             }
 }
 
-std::atomic<int> g_pf4{0}; /* Q4_K's PF (ls_cuda_kq_tile_pf, A/B runs: the same bits) */
-
-template <class T, bool PF>
+template <class T>
 int tile_launch_t(cudaStream_t st, const Ctx &c, const int8_t *xq, const KMeta *xm, float *y, int64_t M) {
     const int64_t gy = (c.N + BN - 1) / BN, gx = (M + BM - 1) / BM;
     if (gy > 65535 || gx > 0x7fffffff) return -1;
     static std::atomic<unsigned> raised{0}; /* devices whose limit is raised */
-    if (smem_limit(kq_tile_kernel<T, PF>, SMEM, raised) != 0) return -1;
-    kq_tile_kernel<T, PF><<<dim3((unsigned)gx, (unsigned)gy), NT, SMEM, st>>>(c, xq, xm, y, M);
+    if (smem_limit(kq_tile_kernel<T>, SMEM, raised) != 0) return -1;
+    kq_tile_kernel<T><<<dim3((unsigned)gx, (unsigned)gy), NT, SMEM, st>>>(c, xq, xm, y, M);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 
@@ -394,15 +390,9 @@ bool kq_use_tile(int64_t M, int64_t N) {
 
 int kq_tile_launch(cudaStream_t st, int key, const Ctx &c, const int8_t *xq, const KMeta *xm, float *y, int64_t M) {
     if (c.K % SB != 0) return -1;
-    if (key == LS_TYPE_Q4_K)
-        return g_pf4.load(std::memory_order_relaxed) ? tile_launch_t<TQ4, true>(st, c, xq, xm, y, M)
-                                                     : tile_launch_t<TQ4, false>(st, c, xq, xm, y, M);
-    if (key == LS_TYPE_Q6_K) return tile_launch_t<TQ6, true>(st, c, xq, xm, y, M);
+    if (key == LS_TYPE_Q4_K) return tile_launch_t<TQ4>(st, c, xq, xm, y, M);
+    if (key == LS_TYPE_Q6_K) return tile_launch_t<TQ6>(st, c, xq, xm, y, M);
     return -1;
 }
 
 } // namespace ls::mmq
-
-extern "C" int ls_cuda_kq_tile_pf(int on) {
-    return g_pf4.exchange(on ? 1 : 0);
-}

@@ -108,7 +108,6 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
     return d;
 }
 
-
 /* The planes of one activation block: h[8], l[8] words, and its metadata. */
 struct XBlk {
     uint32_t h[8], l[8];
