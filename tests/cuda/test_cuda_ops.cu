@@ -45,6 +45,7 @@ extern "C" {
 
 #if __has_include("kernels/cuda/cuda_matmul.h")
 #include "kernels/cuda/cuda_matmul.h"
+#include "kernels/cuda/cuda_ops.h"
 #define TEST_MATMUL 1
 #else
 #define TEST_MATMUL 0
@@ -1005,6 +1006,19 @@ double now_s() {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* One attention call's time in us: `iters` launches back to back after 3 warm-up calls. */
+double time_attention(ls_backend *be, const ls_attn_args &a, int iters) {
+    for (int i = 0; i < 3; i++) be->ops->attention(be, &a);
+    be->ops->sync(be);
+    const double t0 = now_s();
+    for (int i = 0; i < iters; i++) be->ops->attention(be, &a);
+    be->ops->sync(be);
+    return (now_s() - t0) / iters * 1e6;
+}
+
+/* Decode shapes (f32 caches: the MLX models' default) are timed twice, with one query vector
+ * a block allowed (the backend's choice: attention.cu split_pays) and with it off, the
+ * measurement behind split_pays' rule. */
 void bench_attention() {
     ls_backend_params p = {1, 512, 16384, 8192};
     ls_backend *be = K->create(&p);
@@ -1012,26 +1026,40 @@ void bench_attention() {
     struct B {
         const char *name;
         int m, n_head, n_kv, hd, ctx, window;
+        bool f32;
     } cases[] = {
-        {"decode hd256 32/16 ctx4096", 1, 32, 16, 256, 4096, 0},
-        {"decode hd256 32/16 ctx4096 win1024", 1, 32, 16, 256, 4096, 1024},
-        {"decode hd512 32/4 ctx4096", 1, 32, 4, 512, 4096, 0},
-        {"verify8 hd256 32/16 ctx4096", 8, 32, 16, 256, 4096, 0},
-        {"prefill512 hd256 32/16 ctx512", 512, 32, 16, 256, 512, 0},
-        {"prefill512 hd512 32/4 ctx512", 512, 32, 4, 512, 512, 0},
-        {"prefill512 hd256 32/16 ctx4096", 512, 32, 16, 256, 4096, 0},
+        {"decode hd256 32/16 ctx4096", 1, 32, 16, 256, 4096, 0, false},
+        {"decode hd256 32/16 ctx4096 win1024", 1, 32, 16, 256, 4096, 1024, false},
+        {"decode hd512 32/4 ctx4096", 1, 32, 4, 512, 4096, 0, false},
+        {"decode f32 hd256 32/16 ctx160", 1, 32, 16, 256, 160, 1024, true},
+        {"decode f32 hd256 32/16 ctx512", 1, 32, 16, 256, 512, 1024, true},
+        {"decode f32 hd256 32/16 ctx2048 win1024", 1, 32, 16, 256, 2048, 1024, true},
+        {"decode f32 hd512 32/4 ctx160", 1, 32, 4, 512, 160, 0, true},
+        {"decode f32 hd512 32/4 ctx512", 1, 32, 4, 512, 512, 0, true},
+        {"decode f32 hd512 32/4 ctx1024", 1, 32, 4, 512, 1024, 0, true},
+        {"decode f32 hd512 32/4 ctx2048", 1, 32, 4, 512, 2048, 0, true},
+        {"decode f32 hd512 32/4 ctx3072", 1, 32, 4, 512, 3072, 0, true},
+        {"decode f32 hd512 32/4 ctx4096", 1, 32, 4, 512, 4096, 0, true},
+        {"decode f32 hd512 32/4 ctx8192", 1, 32, 4, 512, 8192, 0, true},
+        {"verify8 hd256 32/16 ctx4096", 8, 32, 16, 256, 4096, 0, false},
+        {"prefill512 hd256 32/16 ctx512", 512, 32, 16, 256, 512, 0, false},
+        {"prefill512 hd512 32/4 ctx512", 512, 32, 4, 512, 512, 0, false},
+        {"prefill512 hd256 32/16 ctx4096", 512, 32, 16, 256, 4096, 0, false},
     };
     Rng r(999);
     for (const B &c : cases) {
         const size_t nkv = (size_t)c.ctx * c.n_kv * c.hd, nq = (size_t)c.m * c.n_head * c.hd;
-        std::vector<uint16_t> kh(nkv);
+        const size_t esz = c.f32 ? 4 : 2;
+        std::vector<uint16_t> kh(c.f32 ? 0 : nkv);
         for (auto &h : kh) h = ls_f32_to_f16(r.normal(1.0f));
+        const std::vector<float> kf = c.f32 ? randv(r, nkv, 1.0f) : std::vector<float>();
+        const void *kv = c.f32 ? (const void *)kf.data() : (const void *)kh.data();
         const std::vector<float> q = randv(r, nq, 1.0f);
         std::vector<int32_t> pos(c.m);
         for (int i = 0; i < c.m; i++) pos[i] = c.ctx - c.m + i;
-        DBuf dk(be, nkv * 2), dv(be, nkv * 2), dq(be, nq * 4), dout(be, nq * 4), dp(be, (size_t)c.m * 4);
-        up(be, dk.p, kh.data(), nkv * 2);
-        up(be, dv.p, kh.data(), nkv * 2);
+        DBuf dk(be, nkv * esz), dv(be, nkv * esz), dq(be, nq * 4), dout(be, nq * 4), dp(be, (size_t)c.m * 4);
+        up(be, dk.p, kv, nkv * esz);
+        up(be, dv.p, kv, nkv * esz);
         up(be, dq.p, q.data(), nq * 4);
         up(be, dp.p, pos.data(), (size_t)c.m * 4);
         ls_attn_args a;
@@ -1048,17 +1076,21 @@ void bench_attention() {
         a.n_slots = c.ctx;
         a.window = c.window;
         a.scale = 0.0625f;
-        for (int i = 0; i < 3; i++) be->ops->attention(be, &a);
-        be->ops->sync(be);
+        a.kv_f32 = c.f32;
         const int iters = c.m >= 512 ? 20 : 200;
-        const double t0 = now_s();
-        for (int i = 0; i < iters; i++) be->ops->attention(be, &a);
-        be->ops->sync(be);
-        const double us = (now_s() - t0) / iters * 1e6;
+        const double us = time_attention(be, a, iters);
         const int keys = c.window ? std::min(c.window, c.ctx) : c.ctx;
-        const double kvbytes = (double)keys * c.n_kv * c.hd * 2 * 2;
-        printf("bench  %-40s %9.1f us  (K+V visible to the last row %.1f MB: %.0f GB/s)\n", c.name, us, kvbytes / 1e6,
+        const double kvbytes = (double)keys * c.n_kv * c.hd * esz * 2;
+        printf("bench  %-40s %9.1f us  (K+V visible to the last row %.1f MB: %.0f GB/s)", c.name, us, kvbytes / 1e6,
                kvbytes / (us * 1e-6) / 1e9);
+#if TEST_MATMUL
+        if (c.m <= 8) {
+            ls_cuda_attention_set_switches(true, false);
+            printf("; one vector a block off: %.1f us", time_attention(be, a, iters));
+            ls_cuda_attention_set_switches(true, true);
+        }
+#endif
+        printf("\n");
     }
     be->ops->free(be);
 }

@@ -493,6 +493,19 @@ __device__ __forceinline__ void combine_quant(const Params &p, const float *out,
         ls::mmq::quant_quad<false>(v, tq % 8, live, p.xq, p.xm, blk);
 }
 
+/* One chunk's partials for k_attn_combine: its max and sum, and this thread's (up to) 4
+ * elements of o (d = threadIdx.x + CT t; 0 past hd, never used). */
+__device__ __forceinline__ void load_partial(const Params &p, int64_t slot, int hd, float (&v)[6]) {
+    v[0] = p.part_ml[2 * slot];
+    v[1] = p.part_ml[2 * slot + 1];
+    const float *oc = p.part_o + slot * hd;
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const int d = threadIdx.x + CT * t;
+        v[2 + t] = d < hd ? oc[d] : 0.0f;
+    }
+}
+
 __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
     ls::pdl::enter();
     const Params p = with_dyn(p_arg);
@@ -510,19 +523,24 @@ __global__ void __launch_bounds__(CT) k_attn_combine(const Params p_arg) {
     }
     const int32_t c_lo = lo / CH - p.c_first, c_hi = hi / CH - p.c_first; /* lo >= first_pos >= 0 */
     float M = -INFINITY, L = 0.0f, O[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    /* Chunk c + 1's partials are loaded before chunk c is folded: a long context has one
+     * chunk a 256 positions (33 at 8,192 tokens), and folding them one dependent load after
+     * another left the block waiting on memory once per chunk. The folds are the same. */
+    float cur[6], nxt[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    load_partial(p, qv * p.nch + c_lo, hd, cur);
     for (int32_t c = c_lo; c <= c_hi; c++) {
-        const int64_t slot = qv * p.nch + c;
-        const float mc = p.part_ml[2 * slot], lc = p.part_ml[2 * slot + 1];
+        if (c < c_hi) load_partial(p, qv * p.nch + c + 1, hd, nxt);
         float a, b;
-        const float Mn = fold_chunk(M, mc, &a, &b);
-        L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(lc, b));
-        const float *oc = p.part_o + slot * hd;
+        const float Mn = fold_chunk(M, cur[0], &a, &b);
+        L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(cur[1], b));
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             const int d = threadIdx.x + CT * t;
-            if (d < hd) O[t] = __fadd_rn(__fmul_rn(O[t], a), __fmul_rn(oc[d], b));
+            if (d < hd) O[t] = __fadd_rn(__fmul_rn(O[t], a), __fmul_rn(cur[2 + t], b));
         }
         M = Mn;
+#pragma unroll
+        for (int i = 0; i < 6; i++) cur[i] = nxt[i];
     }
     const float inv = __fdiv_rn(1.0f, L);
 #pragma unroll
@@ -569,10 +587,26 @@ template <typename KT> part_fn part_kernel(int E, int qn) {
 /* Calls with at most kSplitMax query vectors (a decode step: one row's heads) take one
  * vector a block: the group's heads spread over several SMs instead of queueing in one
  * block, and the one-vector body is the smallest. Same bits (see k_attn_part).
- * ls_cuda_attention_set_switches turns it and the one-chunk finish off (A/B runs). */
+ * ls_cuda_attention_set_switches turns it and the one-chunk finish off (A/B runs).
+ *
+ * The split costs reads: each of a kv head's tiles reads the chunk's K / V rows, so one
+ * vector a block reads them group times where the wide tiles read them group / qn times
+ * (Gemma 4 31B's global layers: 8 times against 2). It pays while the wide tiles leave SMs
+ * idle; once they alone number at least the SMs (long contexts: many chunks), it does not:
+ * 31B decode at 8,192 tokens of context ran 11% faster without the split, at 2,048 the
+ * same, at ~150 1.8% slower (H200, docs/benchmarks.md twenty-fourth run). So a call splits
+ * only while its wide tiles would number fewer than the SMs (split_pays). */
 constexpr int kSplitMax = 8;
 int g_split_max = kSplitMax;
 bool g_finish = true; /* Params::final_out allowed */
+int g_sms = 0;        /* SMs of the device (ls_cuda_attention_init) */
+
+/* One vector a block for a call of nv query vectors per kv head over nch chunks? */
+bool split_pays(int64_t nv, int32_t nch, int32_t n_kv, int QR) {
+    if (nv > g_split_max) return false;
+    const int64_t wide = (int64_t)nch * n_kv * ((nv + QR - 1) / QR);
+    return wide < g_sms;
+}
 
 } // namespace
 
@@ -582,6 +616,9 @@ void ls_cuda_attention_set_switches(bool finish, bool split) {
 }
 
 void ls_cuda_attention_init(void) {
+    int dev = 0;
+    LSC_CHECK(cudaGetDevice(&dev));
+    LSC_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
     for (int E = 1; E <= 16; E++) {
         const int bytes = (int)part_smem_bytes(32 * E, qr_for(E));
         for (int qn : {1, QR_SMALL, qr_for(E)}) {
@@ -739,7 +776,7 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
         if (p.nch > 0) {
             /* a tile holds up to QR query vectors (fewer when the group has fewer: less shared
              * memory for decode); which vectors share a tile never changes a vector's bits */
-            p.qn = mg * p.group <= g_split_max ? 1 : (int32_t)std::min<int64_t>(QR, mg * p.group);
+            p.qn = split_pays(mg * p.group, p.nch, p.n_kv, QR) ? 1 : (int32_t)std::min<int64_t>(QR, mg * p.group);
             const part_fn part = a->kv_f32 ? part_kernel<float>(E, p.qn) : part_kernel<__half>(E, p.qn);
             const int64_t tiles = (mg * p.group + p.qn - 1) / p.qn;
             const dim3 grid((unsigned)p.nch, (unsigned)tiles, (unsigned)a->n_kv);
