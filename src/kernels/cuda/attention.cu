@@ -590,25 +590,31 @@ template <typename KT> part_fn part_kernel(int E, int qn) {
  * ls_cuda_attention_set_switches turns it and the one-chunk finish off (A/B runs).
  *
  * The split costs reads: each of a kv head's tiles reads the chunk's K / V rows, so one
- * vector a block reads them group times where the wide tiles read them group / qn times
- * (Gemma 4 31B's global layers: 8 times against 2). It pays while the grid is small and
- * stops paying once the one-vector blocks pass about one and a half SM counts (the partial
- * kernel runs two blocks an SM). Measured on an H200, f32 caches, one vector a block vs
- * wide tiles, us (tests/cuda/test_cuda_ops --bench; docs/benchmarks.md twenty-fourth run):
- * hd 512, 32 / 4 heads (group 8) at 160 / 512 / 1,024 keys (32 / 64 / 128 one-vector
- * blocks) 26.1 / 38.4 / 39.7 against 35.3 / 49.0 / 49.8; at 2,048 / 3,072 / 4,096 keys
- * (256 / 384 / 512 blocks) 64.4 / 102.7 / 123.7 against 55.0 / 61.8 / 65.0; hd 256, 32 / 16
- * (group 2) at 160 / 512 keys and a 1,024 window at 2,048 (32 / 64 / 160 blocks) 17.1 /
- * 25.0 / 32.8 against 21.5 / 31.8 / 34.1. So a call splits while its one-vector blocks
- * number at most 1.5 SM counts (split_pays): every row above takes its faster variant. */
+ * vector a block reads them nv times where the wide tiles (QR vectors) read them nv / QR
+ * times, nv the call's query vectors per kv head (Gemma 4 31B's global layers: 8 times
+ * against 2; its sliding layers, 2 against 1). It pays while the grid is small. Measured on
+ * an H200, f32 caches, one vector a block vs wide tiles, us (tests/cuda/test_cuda_ops
+ * --bench; docs/benchmarks.md twenty-fourth CUDA run):
+ *   hd 512, 32 / 4 heads (reads x4): at 160 / 512 / 1,024 keys (1 / 2 / 4 chunks) 26.1 /
+ *     38.4 / 39.7 against 35.3 / 49.0 / 49.8; at 2,048 / 3,072 / 4,096 keys (8 / 12 / 16)
+ *     64.4 / 102.7 / 123.7 against 55.0 / 61.8 / 65.0;
+ *   hd 256, 32 / 16 heads (reads x2): at 160 / 512 keys 17.1 / 25.0 against 21.5 / 31.8, and
+ *     with a 1,024 window over 2,048 slots (8 chunks, 5 of them seen) 32.8 against 34.1.
+ * So: where the split at most doubles the reads, it is taken while the wide tiles number
+ * fewer than the SMs; where it multiplies them more, while its own blocks number at most
+ * 1.5 SM counts (the partial kernel runs two blocks an SM). Every row above takes its
+ * faster variant (split_pays). */
 constexpr int kSplitMax = 8;
 int g_split_max = kSplitMax;
 bool g_finish = true; /* Params::final_out allowed */
-int g_sms = 0;        /* SMs of the device (ls_cuda_attention_init) */
+int g_sms = 0;        /* SMs of the device (ls_cuda_attention_init); 0: never split */
 
-/* One vector a block for a call of nv query vectors per kv head, n_kv kv heads, nch chunks? */
-bool split_pays(int64_t nv, int32_t nch, int32_t n_kv) {
+/* One vector a block for a call of nv query vectors per kv head, n_kv kv heads, nch chunks,
+ * wide tiles of QR vectors? */
+bool split_pays(int64_t nv, int32_t nch, int32_t n_kv, int QR) {
     if (nv > g_split_max) return false;
+    const int64_t wide_tiles = (nv + QR - 1) / QR;
+    if (nv <= 2 * wide_tiles) return (int64_t)nch * n_kv * wide_tiles < g_sms;
     return 2 * (int64_t)nch * n_kv * nv <= 3 * (int64_t)g_sms;
 }
 
@@ -780,7 +786,7 @@ void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dy
         if (p.nch > 0) {
             /* a tile holds up to QR query vectors (fewer when the group has fewer: less shared
              * memory for decode); which vectors share a tile never changes a vector's bits */
-            p.qn = split_pays(mg * p.group, p.nch, p.n_kv) ? 1 : (int32_t)std::min<int64_t>(QR, mg * p.group);
+            p.qn = split_pays(mg * p.group, p.nch, p.n_kv, QR) ? 1 : (int32_t)std::min<int64_t>(QR, mg * p.group);
             const part_fn part = a->kv_f32 ? part_kernel<float>(E, p.qn) : part_kernel<__half>(E, p.qn);
             const int64_t tiles = (mg * p.group + p.qn - 1) / p.qn;
             const dim3 grid((unsigned)p.nch, (unsigned)tiles, (unsigned)a->n_kv);

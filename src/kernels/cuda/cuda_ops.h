@@ -75,9 +75,11 @@ void ls_cuda_scatter_add(cudaStream_t st, float *acc, const float *y, const int3
                          int64_t d);
 
 /* ---- attention.cu ---- */
-/* Once per process, before any capture: raises the attention kernel's shared-memory limit. */
+/* Once per process, before any capture: raises the attention kernel's shared-memory limit and
+ * reads the device's SM count (the split choice, attention.cu split_pays). */
 /* Process-wide A/B switches (LS_CUDA_OFF_ATTN_FINISH / _SPLIT): the one-chunk finish in the
- * partial kernel, one query vector a block for small calls; both on by default, same bits. */
+ * partial kernel, one query vector a block for small calls while the grid is small
+ * (split_pays); both on by default, same bits. */
 void ls_cuda_attention_set_switches(bool finish, bool split);
 void ls_cuda_attention_init(void);
 /* Scratch (bytes) that lets one call handle at least one row of any attention whose query
