@@ -119,6 +119,10 @@ if [ $FULL = 1 ]; then
   "$CLI" bench --device cuda -m "$F" -p 128 -n 32 -r 2 --verify 4 >"$DIR/bf" 2>"$DIR/bf.err" || tail -3 "$DIR/bf.err"
   row "31B full decode tok/s, weight GB/s" "$(kv decode_tok_s "$DIR/bf") tok/s, $(kv decode_weight_gb_s "$DIR/bf") GB/s of ${BW:-?}"
   row "31B full verify(4) / one-token step" "$(kv verify4_ms "$DIR/bf") ms / $(kv step_ms "$DIR/bf") ms = $(kv verify_over_step "$DIR/bf")x"
+  # the same after 8,192 tokens of context: attention's share grows with it (docs/benchmarks.md, 24th CUDA run)
+  "$CLI" bench --device cuda -m "$F" -p 128 -d 8192 -n 32 -r 1 --verify 4 >"$DIR/bd" 2>"$DIR/bd.err" || tail -3 "$DIR/bd.err"
+  row "31B full at 8192 tokens of context: decode tok/s" "$(kv decode_tok_s "$DIR/bd") tok/s"
+  row "31B full at 8192 tokens: verify(4) / step" "$(kv verify4_ms "$DIR/bd") ms / $(kv step_ms "$DIR/bd") ms = $(kv verify_over_step "$DIR/bd")x"
   rm -rf "$F"
   if [ -f "$LIKE" ]; then
     G3=$DIR/g3-27b.gguf
