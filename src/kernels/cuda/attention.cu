@@ -599,7 +599,7 @@ template <typename KT> part_fn part_kernel(int E, int qn) {
  *     38.4 / 39.7 against 35.3 / 49.0 / 49.8; at 2,048 / 3,072 / 4,096 keys (8 / 12 / 16)
  *     64.4 / 102.7 / 123.7 against 55.0 / 61.8 / 65.0;
  *   hd 256, 32 / 16 heads (reads x2): at 160 / 512 keys 17.1 / 25.0 against 21.5 / 31.8, and
- *     with a 1,024 window over 2,048 slots (8 chunks, 5 of them seen) 32.8 against 34.1.
+ *     with a 1,024 window over 2,048 slots (8 chunks, 4 of them seen) 32.8 against 34.1.
  * So: where the split at most doubles the reads, it is taken while the wide tiles number
  * fewer than the SMs; where it multiplies them more, while its own blocks number at most
  * 1.5 SM counts (the partial kernel runs two blocks an SM). Every row above takes its
