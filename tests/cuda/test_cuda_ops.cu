@@ -1037,7 +1037,8 @@ double time_attention(ls_backend *be, const ls_attn_args &a, int iters) {
 
 /* Decode shapes (f32 caches: the MLX models' default) are timed twice, with one query vector
  * a block allowed (the backend's choice: attention.cu split_pays) and with it off, the
- * measurement behind split_pays' rule. */
+ * measurement behind split_pays' rule; the 31B's verify blocks of 4 rows at long contexts
+ * (its global layers' tiles of 4 vectors read each chunk 8 times). */
 void bench_attention() {
     ls_backend_params p = {1, 512, 16384, 8192};
     ls_backend *be = K->create(&p);
@@ -1060,6 +1061,9 @@ void bench_attention() {
         {"decode f32 hd512 32/4 ctx3072", 1, 32, 4, 512, 3072, 0, true},
         {"decode f32 hd512 32/4 ctx4096", 1, 32, 4, 512, 4096, 0, true},
         {"decode f32 hd512 32/4 ctx8192", 1, 32, 4, 512, 8192, 0, true},
+        {"verify4 f32 hd512 32/4 ctx2048", 4, 32, 4, 512, 2048, 0, true},
+        {"verify4 f32 hd512 32/4 ctx8192", 4, 32, 4, 512, 8192, 0, true},
+        {"verify4 f32 hd256 32/16 ctx2048 win1024", 4, 32, 16, 256, 2048, 1024, true},
         {"verify8 hd256 32/16 ctx4096", 8, 32, 16, 256, 4096, 0, false},
         {"prefill512 hd256 32/16 ctx512", 512, 32, 16, 256, 512, 0, false},
         {"prefill512 hd512 32/4 ctx512", 512, 32, 4, 512, 512, 0, false},
@@ -1103,7 +1107,7 @@ void bench_attention() {
         printf("bench  %-40s %9.1f us  (K+V visible to the last row %.1f MB: %.0f GB/s)", c.name, us, kvbytes / 1e6,
                kvbytes / (us * 1e-6) / 1e9);
 #if TEST_ATTN_SWITCHES
-        if (c.m <= 8) {
+        if (c.m * (c.n_head / c.n_kv) <= 8) { /* calls the split may take (attention.cu kSplitMax) */
             ls_cuda_attention_set_switches(true, false);
             printf("; one vector a block off: %.1f us", time_attention(be, a, iters));
             ls_cuda_attention_set_switches(true, true);
