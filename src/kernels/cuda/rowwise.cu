@@ -355,20 +355,26 @@ template <int Q, int NPT, int TH = kThreads>
 __global__ void __launch_bounds__(TH)
     k_add_rmsnorm_r(float *x, const float *t, const float *w_post, float s, float *xn, const float *w_pre, int64_t n,
                     float eps, int8_t *xq, ls::mmq::Meta *xm) {
+    /* The norm weights are weights (pdl.cuh: readable before the wait): requested first, so
+     * their cold reads overlap the predecessor's tail instead of following it. */
+    float tv[NPT], xv[NPT], wa[NPT], wb[NPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * TH;
+        wa[k] = i < n && w_post ? __ldg(w_post + i) : 0.0f;
+        wb[k] = i < n && xn && w_pre ? __ldg(w_pre + i) : 0.0f;
+    }
     ls::pdl::enter();
     extern __shared__ float srow[]; /* the normed row, when Q */
     const int64_t off = (int64_t)blockIdx.x * n;
     float *xr = x + off;
     const float *tr = t + off;
     __shared__ float red1[TH / 32], red2[TH / 32];
-    float tv[NPT], xv[NPT], wa[NPT], wb[NPT];
 #pragma unroll
     for (int k = 0; k < NPT; k++) {
         const int64_t i = threadIdx.x + (int64_t)k * TH;
         tv[k] = i < n ? tr[i] : 0.0f;
         xv[k] = i < n ? xr[i] : 0.0f;
-        wa[k] = i < n && w_post ? w_post[i] : 0.0f;
-        wb[k] = i < n && xn && w_pre ? w_pre[i] : 0.0f;
     }
     float a = 0.0f;
 #pragma unroll
