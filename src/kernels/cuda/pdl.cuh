@@ -11,10 +11,10 @@
  * (uploaded once at load, before any step is launched, and never written by a kernel) may
  * be read before enter(); mmq.cu, mmq_small.cu and mmq_narrow.cu request their first
  * weights there, rowwise.cu's one-row add_rmsnorm its norm weights. The rule: a kernel
- * launched through ls::pdl::launch must call enter()
- * before it touches anything but weights (such a kernel may also be launched normally:
- * the wait is then a no-op). ls_cuda_pdl_on 0 (LS_CUDA_OFF_PDL, set by the backend at
- * creation) launches normally (A/B runs). */
+ * launched through ls::pdl::launch must call enter() before it touches anything but
+ * weights (such a kernel may also be launched normally: the wait is then a no-op).
+ * ls_cuda_pdl_on 0 (LS_CUDA_OFF_PDL, set by the backend at creation) launches normally
+ * (A/B runs). */
 #ifndef LS_KERNELS_CUDA_PDL_CUH
 #define LS_KERNELS_CUDA_PDL_CUH
 
