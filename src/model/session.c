@@ -1,5 +1,6 @@
 /* Session lifecycle: size and allocate the KV cache and every activation buffer up
  * front (with a clear error when it does not fit), run forward passes, roll back. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/threads.h"
+#include "kernels/host_buffer.h"
 #include "model/session.h"
 #include "model/tp.h"
 
@@ -169,6 +171,17 @@ int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t log
     ls_gemma_forward(s->be, &s->ws, &g, 1);
     s->last_step_ms = ls_now_ms() - t0;
     return LS_OK;
+}
+
+float *ls_session_logits_alloc(ls_session *s, int32_t rows) {
+    if (!s || rows < 1) return NULL;
+    size_t nv = (size_t)s->model->cfg.n_vocab;
+    if ((size_t)rows > SIZE_MAX / sizeof(float) / nv) return NULL;
+    return ls_host_buffer_alloc(s->be, sizeof(float) * nv * (size_t)rows);
+}
+
+void ls_logits_free(float *logits) {
+    ls_host_buffer_free(logits);
 }
 
 int ls_session_truncate(ls_session *s, int32_t pos) {
