@@ -24,10 +24,10 @@ void *ls_host_buffer_alloc(ls_backend *be, size_t bytes) {
     void (*release)(void *) = NULL;
     if (be && be->ops->host_alloc && be->ops->host_free) {
         base = be->ops->host_alloc(be, total);
-        release = be->ops->host_free;
-    } else {
-        base = aligned_alloc(64, total);
+        release = base ? be->ops->host_free : NULL;
     }
+    /* no page-locked memory (or none left: a limit on locked pages): plain memory still works */
+    if (!base) base = aligned_alloc(64, total);
     if (!base) return NULL;
     host_header *h = base;
     h->host_free = release;

@@ -7,8 +7,8 @@
 
 #include "kernels/backend.h"
 
-/* `bytes` of host memory, 64-byte aligned, from be's host_alloc when it has one; NULL when
- * out of memory or bytes is 0. */
+/* `bytes` of host memory, 64-byte aligned: from be's host_alloc when it has one and it
+ * succeeds, else plain memory; NULL when out of memory or bytes is 0. */
 void *ls_host_buffer_alloc(ls_backend *be, size_t bytes);
 /* Frees what ls_host_buffer_alloc returned (NULL: nothing); no backend needed. */
 void ls_host_buffer_free(void *p);
