@@ -143,6 +143,13 @@ const ls_model *ls_session_model(const ls_session *s);
  * result is bit-identical whatever n, the chunking or the thread count. */
 int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t logits_from, float *logits, char *err,
                     size_t errlen);
+/* Host memory for `rows` logits rows (rows x n_vocab floats, 64-byte aligned) to pass to
+ * ls_session_eval, owned by s: page-locked when s runs on a GPU, so the rows come back at the
+ * bus's rate (H200: one 262,144-entry row in 27 us against 142 us into malloc'd memory,
+ * docs/cuda.md 3), plain memory otherwise. Valid until ls_session_free or a later call for
+ * more rows (which may move it). Any host buffer works with ls_session_eval; this one is
+ * faster there. NULL when out of memory or rows < 1. */
+float *ls_session_logits_buffer(ls_session *s, int32_t rows);
 /* Forget every position >= pos (rollback). */
 int ls_session_truncate(ls_session *s, int32_t pos);
 /* Wall time of the forward step that served the session's last eval (with a batcher: the

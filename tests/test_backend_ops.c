@@ -49,6 +49,7 @@
 #include "core/f16.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/host_buffer.h"
 #include "kernels/types.h"
 
 #include "test_rng.h"
@@ -2278,6 +2279,47 @@ static void test_sync(void **state) {
 }
 
 /* free (more instances made and freed, in another order) and map_const's reference count. */
+/* host_alloc / host_free (optional: page-locked host memory) through ls_host_buffer_alloc,
+ * which falls back to aligned memory without them: 64-byte aligned, a download fills it
+ * exactly, an upload from it arrives exactly, and it outlives the backend that made it. */
+static void test_host_buffer(void **state) {
+    (void)state;
+    uint64_t rng = seed_of("host_buffer");
+    for (int k = 0; k < g_ndev; k++) {
+        tdev *d = &g_dev[k];
+        assert_null(ls_host_buffer_alloc(d->be, 0));
+        ls_host_buffer_free(NULL);
+        enum { N = 262144 + 5 }; /* a Gemma logits row and a few */
+        float *h = ls_host_buffer_alloc(d->be, sizeof(float) * N), *want = xmalloc(sizeof(float) * N);
+        assert_non_null(h);
+        assert_int_equal((uintptr_t)h % 64, 0);
+        for (int i = 0; i < N; i++) want[i] = rng_normal(&rng, 1.0f);
+        float *g = dbuf(d, sizeof(float) * N);
+        up(d, d->be, g, want, sizeof(float) * N);
+        down(d, d->be, h, g, sizeof(float) * N);
+        check_rows(k, "host_alloc", "(download into it) differs", h, want, 1, sizeof(float) * N, "n=%d", N);
+        for (int i = 0; i < N; i++) h[i] = -want[i], want[i] = h[i];
+        up(d, d->be1, g, h, sizeof(float) * N);
+        memset(h, 0, sizeof(float) * N);
+        down(d, d->be1, h, g, sizeof(float) * N);
+        check_rows(k, "host_alloc", "(upload from it) differs", h, want, 1, sizeof(float) * N, "n=%d", N);
+        bufs_release();
+        /* made by a backend that is gone, freed after it */
+        ls_backend_params p = PARAMS;
+        ls_backend *tmp = d->kind->create(&p);
+        assert_non_null(tmp);
+        void *late = ls_host_buffer_alloc(tmp, 4097);
+        assert_non_null(late);
+        memset(late, 0x5a, 4097);
+        tmp->ops->free(tmp);
+        ls_host_buffer_free(late);
+        ls_host_buffer_free(h);
+        free(want);
+        check_acc(k, "host_alloc", "exact", 0.0, 0.0, "%s", d->ops->host_alloc ? "page-locked" : "(none: aligned)");
+        check_acc(k, "host_free", "exact", 0.0, 0.0, "after its backend is freed");
+    }
+}
+
 static void test_lifecycle(void **state) {
     (void)state;
     for (int k = 0; k < g_ndev; k++) {
@@ -2528,6 +2570,8 @@ static void test_op_table(void **state);
 static const op_slot OP_SLOTS[] = {
     SLOT(alloc, test_memory),
     SLOT(release, test_memory),
+    SLOT_OPT(host_alloc, test_host_buffer),
+    SLOT_OPT(host_free, test_host_buffer),
     SLOT(upload, test_memory),
     SLOT(download, test_memory),
     SLOT(copy, test_copy),

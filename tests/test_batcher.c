@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,11 +319,49 @@ static void test_bad_segment_fails_alone(void **state) {
     ls_batcher_free(b);
 }
 
+/* ls_session_logits_buffer: the session's own rows (page-locked on a GPU), reused while they
+ * suffice and grown when asked for more; rows evaluated into it, solo and through a batcher,
+ * equal rows evaluated into a caller's malloc'd buffer. */
+static void test_logits_buffer(void **state) {
+    (void)state;
+    enum { N = 5 };
+    char err[256];
+    int32_t t[N];
+    fill_prompt(t, N, 77);
+    ls_session *s = new_session(16, 1), *ref = new_session(16, 1);
+    assert_null(ls_session_logits_buffer(s, 0));
+    float *b3 = ls_session_logits_buffer(s, 3);
+    assert_non_null(b3);
+    assert_int_equal((uintptr_t)b3 % 64, 0);
+    assert_ptr_equal(ls_session_logits_buffer(s, 1), b3);
+    assert_ptr_equal(ls_session_logits_buffer(s, 3), b3);
+    float *b = ls_session_logits_buffer(s, N);
+    assert_non_null(b);
+    float *want = malloc(sizeof(float) * N * FIXTURE_N_VOCAB);
+    assert_non_null(want);
+    assert_int_equal(ls_session_eval(ref, t, N, 0, want, err, sizeof err), LS_OK);
+    assert_int_equal(ls_session_eval(s, t, N, 0, b, err, sizeof err), LS_OK);
+    assert_memory_equal(b, want, sizeof(float) * N * FIXTURE_N_VOCAB);
+    /* attached to a batcher: the batcher's step downloads into the session's buffer */
+    ls_batcher_params bp = ls_batcher_default_params();
+    bp.n_ctx = 512;
+    ls_batcher *bt = NULL;
+    assert_int_equal(ls_batcher_create(g_model, &bp, &bt, err, sizeof err), LS_OK);
+    assert_int_equal(ls_session_truncate(s, 0), LS_OK);
+    assert_int_equal(ls_session_attach(s, bt, err, sizeof err), LS_OK);
+    memset(b, 0, sizeof(float) * N * FIXTURE_N_VOCAB);
+    assert_int_equal(ls_session_eval(s, t, N, 0, b, err, sizeof err), LS_OK);
+    assert_memory_equal(b, want, sizeof(float) * N * FIXTURE_N_VOCAB);
+    ls_session_free(s);
+    ls_batcher_free(bt);
+    ls_session_free(ref);
+    free(want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_segments_match_solo),
-        cmocka_unit_test(test_concurrent_classic),
-        cmocka_unit_test(test_concurrent_speculative),
+        cmocka_unit_test(test_logits_buffer),           cmocka_unit_test(test_segments_match_solo),
+        cmocka_unit_test(test_concurrent_classic),      cmocka_unit_test(test_concurrent_speculative),
         cmocka_unit_test(test_bad_segment_fails_alone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

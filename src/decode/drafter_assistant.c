@@ -24,6 +24,7 @@
 #include "decode/drafter.h"
 #include "decode/sampler.h"
 #include "format/hf_config.h"
+#include "kernels/host_buffer.h"
 #include "model/assistant.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -127,7 +128,7 @@ static void asst_free(ls_drafter *d) {
         if (ai->a && ai->mapped) ls_assistant_for_each_range(ai->a, unmap_range, (void *)ai->kind);
         ls_assistant_free(ai->a); /* frees its scratch with ai->be: before the backend */
         if (ai->be) ai->be->ops->free(ai->be);
-        free(ai->logits);
+        ls_host_buffer_free(ai->logits); /* needs no backend */
         free(ai->hist);
         ls_sampler_free(&ai->sampler);
         free(ai);
@@ -209,7 +210,7 @@ int ls_drafter_assistant_create(const char *dir, const ls_model *target, int32_t
                             .max_cols = ls_assistant_max_cols(ai->a),
                             .max_keys = n_ctx};
     ai->be = ai->kind->create(&bp);
-    ai->logits = malloc(sizeof(float) * (size_t)ai->vocab);
+    ai->logits = ai->be ? ls_host_buffer_alloc(ai->be, sizeof(float) * (size_t)ai->vocab) : NULL;
     ai->hist = malloc(sizeof(int32_t) * (size_t)n_ctx);
     if (!ai->be || !ai->logits || !ai->hist) {
         asst_free(d);

@@ -70,7 +70,6 @@ static void model_free(ls_drafter *d) {
     if (mi) {
         ls_session_free(mi->s);
         free(mi->seen);
-        free(mi->logits);
         free(mi);
     }
     free(d);
@@ -109,7 +108,7 @@ int ls_drafter_model_create(ls_model *draft, const ls_model *target, int32_t n_c
     mi->n_ctx = ls_session_n_ctx(mi->s);
     mi->n_vocab = di.n_vocab;
     mi->seen = malloc(sizeof(int32_t) * (size_t)mi->n_ctx);
-    mi->logits = malloc(sizeof(float) * (size_t)mi->n_vocab);
+    mi->logits = ls_session_logits_buffer(mi->s, 1); /* mi->s's: freed with it */
     if (!mi->seen || !mi->logits) goto nomem;
     *out = d;
     return LS_OK;

@@ -336,10 +336,9 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
     int32_t budget = gp->n_predict < 0 ? n_ctx - n_prompt : gp->n_predict;
     int32_t rows = spec ? kmax : 1;
     int32_t *hist = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    float *logits = malloc(sizeof(float) * (size_t)n_vocab * (size_t)rows);
+    float *logits = ls_session_logits_buffer(s, rows); /* page-locked on a GPU: K rows come back every round */
     if (!hist || !logits) {
         free(hist);
-        free(logits);
         snprintf(err, errlen, "out of memory");
         return LS_ERR_NOMEM;
     }
@@ -359,7 +358,6 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
         free(g.allow);
         free(g.walk);
         free(hist);
-        free(logits);
         return LS_ERR_NOMEM;
     }
     double t0 = ls_now_ms();
@@ -390,6 +388,5 @@ int ls_generate(ls_session *s, const int32_t *prompt, int32_t n_prompt, const ls
     free(g.allow);
     free(g.walk);
     free(hist);
-    free(logits);
     return rc;
 }

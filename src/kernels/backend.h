@@ -94,6 +94,12 @@ typedef struct {
     /* A buffer of `bytes` (64-byte aligned, contents undefined); NULL when out of memory. */
     void *(*alloc)(ls_backend *be, size_t bytes);
     void (*release)(ls_backend *be, void *buf);
+    /* Page-locked host memory of `bytes` (page aligned) for what download fills often (logits
+     * rows): a device backend's copies into it skip the driver's staging through pageable
+     * memory (docs/cuda.md 3). NULL when out of memory. Both NULL on a backend without such
+     * memory (plain malloc serves). host_free takes no backend: the buffer may outlive it. */
+    void *(*host_alloc)(ls_backend *be, size_t bytes);
+    void (*host_free)(void *p);
     void (*upload)(ls_backend *be, void *dst, const void *src_host, size_t bytes);
     /* Waits for every op queued before it, then copies. */
     void (*download)(ls_backend *be, void *dst_host, const void *src, size_t bytes);

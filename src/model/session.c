@@ -1,5 +1,6 @@
 /* Session lifecycle: size and allocate the KV cache and every activation buffer up
  * front (with a clear error when it does not fit), run forward passes, roll back. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/threads.h"
+#include "kernels/host_buffer.h"
 #include "model/session.h"
 #include "model/tp.h"
 
@@ -131,6 +133,7 @@ void ls_session_free(ls_session *s) {
     if (s->hidden) s->be->ops->release(s->be, s->hidden);
     ls_workspace_free(&s->ws);
     if (s->be) s->be->ops->free(s->be);
+    ls_host_buffer_free(s->h_logits); /* needs no backend */
     ls_sampler_free(&s->sampler);
     free(s);
 }
@@ -169,6 +172,21 @@ int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t log
     ls_gemma_forward(s->be, &s->ws, &g, 1);
     s->last_step_ms = ls_now_ms() - t0;
     return LS_OK;
+}
+
+/* Kept across calls (a server slot's requests reuse it): page-locking costs about a
+ * millisecond a few MB, and freeing page-locked memory waits for the device. */
+float *ls_session_logits_buffer(ls_session *s, int32_t rows) {
+    if (!s || rows < 1) return NULL;
+    if (rows <= s->h_logits_rows) return s->h_logits;
+    size_t nv = (size_t)s->model->cfg.n_vocab;
+    if ((size_t)rows > SIZE_MAX / sizeof(float) / nv) return NULL;
+    float *b = ls_host_buffer_alloc(s->be, sizeof(float) * nv * (size_t)rows);
+    if (!b) return NULL;
+    ls_host_buffer_free(s->h_logits);
+    s->h_logits = b;
+    s->h_logits_rows = rows;
+    return b;
 }
 
 int ls_session_truncate(ls_session *s, int32_t pos) {

@@ -94,6 +94,8 @@ struct ls_session {
     struct ls_batcher *batcher;
     bool batch_idle;     /* guarded by the batcher's mutex: not expected back soon */
     double last_step_ms; /* wall time of the forward step that served the last eval */
+    float *h_logits;     /* ls_session_logits_buffer: host rows, page-locked on a GPU */
+    int32_t h_logits_rows;
     /* Scratch of the sampler that ls_generate chooses this session's tokens with (sized by
      * the vocabulary at creation: choosing a token allocates nothing). */
     ls_sampler sampler;

@@ -213,7 +213,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     int32_t nv = ls_session_n_vocab(s);
-    logits = malloc(sizeof(float) * (size_t)nv * (size_t)(kv > 1 ? kv : 1));
+    logits = ls_session_logits_buffer(s, kv > 1 ? kv : 1); /* s's: freed with it */
     if (!logits) goto done;
     uint64_t x = 0x2545F4914F6CDD1Dull;
     for (int32_t i = 0; i < n_pp + depth + 17; i++) {
@@ -279,7 +279,6 @@ evalfail:
     fprintf(stderr, "lockstep: %s\n", err);
 done:
     free(ids);
-    free(logits);
     free(pp);
     free(tg);
     ls_session_free(s);

@@ -105,7 +105,7 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     int32_t nv = ls_session_n_vocab(s);
-    logits = malloc(sizeof(float) * (size_t)chunk * (size_t)nv);
+    logits = ls_session_logits_buffer(s, chunk); /* s's: freed with it */
     out = outp ? fopen(outp, "wb") : stdout;
     if (!logits || !out) {
         fprintf(stderr, "lockstep: %s\n", !logits ? "out of memory" : "cannot open output file");
@@ -126,7 +126,6 @@ int cmd_logits(int argc, char **argv) {
 done:
     if (out && out != stdout && fclose(out) != 0) rc = CLI_FAIL;
     if (out == stdout) fflush(stdout);
-    free(logits);
     ls_session_free(s);
     free(ids);
     free(text);

@@ -490,6 +490,27 @@ void cu_release(ls_backend *be, void *buf) {
     LSC_CHECK(cudaFree(buf)); /* implicitly waits for queued work */
 }
 
+/* backend.h host_alloc: portable, so every device's copies (tensor-parallel ranks) may use
+ * it. A failed allocation's error is cleared: it is an answer (NULL), not a fault. */
+void *cu_host_alloc(ls_backend *be, size_t bytes) {
+    no_step(impl_of(be), "host_alloc");
+    QueueLock q;
+    q.forbid_capture("host_alloc");
+    void *p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+    }
+    return p;
+}
+
+void cu_host_free(void *p) {
+    if (!p) return;
+    QueueLock q;
+    q.forbid_capture("host_free");
+    LSC_CHECK(cudaFreeHost(p)); /* implicitly waits for queued work */
+}
+
 void cu_upload(ls_backend *be, void *dst, const void *src_host, size_t bytes) {
     CudaBackend *c = impl_of(be);
     no_step(c, "upload");
@@ -987,6 +1008,8 @@ ls_backend_ops make_ops(void) {
     o.host_memory = false;
     o.alloc = cu_alloc;
     o.release = cu_release;
+    o.host_alloc = cu_host_alloc;
+    o.host_free = cu_host_free;
     o.upload = cu_upload;
     o.download = cu_download;
     o.copy = cu_copy;
