@@ -47,6 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -795,6 +797,41 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
     cudaFree(dy);
 }
 
+/* The device-to-host copy of logits rows (262,144 f32 each, a Gemma vocabulary) into pageable
+ * (malloc'd) and page-locked memory: why ls_session_logits_buffer is page-locked (docs/cuda.md
+ * 3). Median of 40 copies, each synchronized as cu_download does. */
+static void bench_host_copies() {
+    const size_t row = sizeof(float) * 262144, most = 4 * row;
+    void *d, *pinned;
+    CK(cudaMalloc(&d, most));
+    CK(cudaMemset(d, 1, most));
+    CK(cudaHostAlloc(&pinned, most, cudaHostAllocPortable));
+    void *pageable = malloc(most);
+    if (!pageable) {
+        printf("d2h: out of host memory\n");
+        return;
+    }
+    memset(pageable, 0, most);
+    for (int rows : {1, 4}) {
+        printf("d2h %d logits row%s (%zu KB):", rows, rows > 1 ? "s" : "", rows * row >> 10);
+        for (void *dst : {pageable, pinned}) {
+            std::vector<double> t;
+            for (int i = 0; i < 40; i++) {
+                const auto a = std::chrono::steady_clock::now();
+                CK(cudaMemcpyAsync(dst, d, rows * row, cudaMemcpyDeviceToHost, 0));
+                CK(cudaStreamSynchronize(0));
+                t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+            }
+            std::sort(t.begin(), t.end());
+            printf(" %s %.1f us", dst == pinned ? "page-locked" : "pageable", t[t.size() / 2]);
+        }
+        printf("\n");
+    }
+    free(pageable);
+    CK(cudaFreeHost(pinned));
+    CK(cudaFree(d));
+}
+
 void bench() {
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
@@ -819,6 +856,7 @@ void bench() {
         cudaFree(a);
         cudaFree(b);
     }
+    bench_host_copies();
     for (int o = 0; o < 2; o++) {
         const int64_t N = o ? 5376 : 21504, K = o ? 21504 : 5376;
         bench_one("q4_k", LS_TYPE_Q4_K, 0, N, K);
