@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/host_buffer.h"
 #include "model/session.h"
 
 /* Floats (or int32s) per row of each buffer, in one table so sizing and allocation agree. */
@@ -57,10 +58,13 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
         if ((width) > 0 && !((ptr) = be->ops->alloc(be, sizeof(*(ptr)) * (size_t)((int64_t)rows * (width)))))          \
             fail = 1;                                                                                                  \
     } while (0)
-    /* Host buffers */
+    /* Host buffers that a step copies to or from the backend (token ids and positions every
+     * step, MoE routing every MoE layer): page-locked where the backend has such memory, so the
+     * copies skip the driver's staging (src/kernels/host_buffer.c) */
 #define HALLOC(ptr, width)                                                                                             \
     do {                                                                                                               \
-        if ((width) > 0 && !((ptr) = malloc(sizeof(*(ptr)) * (size_t)((int64_t)rows * (width))))) fail = 1;            \
+        if ((width) > 0 && !((ptr) = ls_host_buffer_alloc(be, sizeof(*(ptr)) * (size_t)((int64_t)rows * (width)))))    \
+            fail = 1;                                                                                                  \
     } while (0)
     BALLOC(ws->x, w.x);
     BALLOC(ws->xn, w.xn);
@@ -88,7 +92,9 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
     HALLOC(ws->h_moe_idx, w.moe_idx);
     HALLOC(ws->h_moe_src, w.moe_rows);
     HALLOC(ws->h_moe_wsel, w.moe_rows);
-    HALLOC(ws->h_capture, w.x);
+    /* the probe's captures: rows x the widest activation, copied only while it runs; plain
+     * memory (page-locking ~rows x 21 KB for every session is not worth it) */
+    if (w.x > 0 && !(ws->h_capture = malloc(sizeof(float) * (size_t)((int64_t)rows * w.x)))) fail = 1;
 #undef BALLOC
 #undef HALLOC
     if (logit_rows > 0 && !(ws->logits = be->ops->alloc(be, sizeof(float) * (size_t)logit_rows * (size_t)c->n_vocab)))
@@ -112,12 +118,12 @@ void ls_workspace_free(ls_workspace *ws) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) be->ops->release(be, bufs[i]);
     }
-    free(ws->h_ids);
-    free(ws->h_moe_scores);
-    free(ws->h_moe_w);
-    free(ws->h_moe_idx);
-    free(ws->h_moe_src);
-    free(ws->h_moe_wsel);
+    ls_host_buffer_free(ws->h_ids);
+    ls_host_buffer_free(ws->h_moe_scores);
+    ls_host_buffer_free(ws->h_moe_w);
+    ls_host_buffer_free(ws->h_moe_idx);
+    ls_host_buffer_free(ws->h_moe_src);
+    ls_host_buffer_free(ws->h_moe_wsel);
     free(ws->h_capture);
     memset(ws, 0, sizeof *ws);
 }
