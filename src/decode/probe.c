@@ -330,7 +330,8 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
     int rc = ls_session_create(model, &sp, &s, err, errlen);
     if (rc != LS_OK) return rc;
     int64_t nv = cfg->n_vocab;
-    float *la = malloc(sizeof(float) * (size_t)(k * nv)), *lb = malloc(sizeof(float) * (size_t)(k * nv));
+    /* the block's rows and the chain's, in the session's own (page-locked on a GPU) buffer */
+    float *la = ls_session_logits_buffer(s, 2 * k), *lb = la ? la + k * nv : NULL;
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)long_len);
     ls_probe_capture cap;
     bool cap_ok = ls_probe_capture_init(&cap, cfg->n_layer, k, cfg->n_embd) == LS_OK;
@@ -381,8 +382,6 @@ int ls_probe_run(ls_model *model, const ls_probe_options *opt, ls_probe_result *
     res->passed = tot_diff == 0;
     describe(res, &fail_cr, k, long_len, cfg->sliding_window, s);
 done:
-    free(la);
-    free(lb);
     free(prompt);
     if (cap_ok) ls_probe_capture_free(&cap);
     ls_session_free(s);
