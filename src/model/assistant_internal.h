@@ -35,6 +35,7 @@ struct ls_assistant {
     float *x, *h, *a, *t, *q, *att, *gate, *up, *emb, *hcur, *logits;
     float *cscore, *crows, *clogits;
     int32_t *qpos, *tok, *dcand;
+    int32_t *h_io; /* host staging of qpos and tok, page-locked where the backend has it */
     /* host side: centroid scores / candidate logits read back, candidate ids */
     float *h_cscore, *h_clogits;
     int32_t *cand, *csel;

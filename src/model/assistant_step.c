@@ -21,6 +21,7 @@
 #include "format/hf_config.h"
 #include "format/safetensors.h"
 #include "kernels/backend.h"
+#include "kernels/host_buffer.h"
 
 /* ---------------------------------------------------------------------------------------
  * Scratch: backend buffers, made for the backend of the first step (and remade if a later
@@ -33,6 +34,8 @@ void ls_asst_scratch_release(ls_assistant *a) {
                     a->hcur, a->logits, a->cscore, a->crows, a->clogits, a->qpos, a->tok,  a->dcand};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) a->be->ops->release(a->be, bufs[i]);
+    ls_host_buffer_free(a->h_io);
+    a->h_io = NULL;
     a->x = a->h = a->a = a->t = a->q = a->att = a->gate = a->up = a->emb = a->hcur = a->logits = NULL;
     a->cscore = a->crows = a->clogits = NULL;
     a->qpos = a->tok = a->dcand = NULL;
@@ -69,6 +72,9 @@ static int scratch_bind(ls_assistant *a, ls_backend *be) {
         SALLOC(a->dcand, nc);
     }
 #undef SALLOC
+    /* a draft token uploads its position and its token: from page-locked memory those small
+     * copies skip the driver's staging (src/kernels/host_buffer.c) */
+    if (!(a->h_io = ls_host_buffer_alloc(be, 2 * sizeof(int32_t)))) fail = true;
     if (fail) {
         ls_asst_scratch_release(a);
         return -1;
@@ -163,7 +169,8 @@ int ls_assistant_step(ls_assistant *a, ls_backend *be, const float *tok_embd_sca
     int64_t H = a->hidden;
     op->copy(be, a->x, tok_embd_scaled, sizeof(float) * (size_t)a->bb);
     op->copy(be, a->x + a->bb, hprev, sizeof(float) * (size_t)a->bb);
-    op->upload(be, a->qpos, &P, sizeof P);
+    a->h_io[0] = P;
+    op->upload(be, a->qpos, &a->h_io[0], sizeof P);
     op->matmul(be, &a->pre, a->x, 1, a->h);
     /* Fused ops (backend.h; the same bits as the sequences they replace): every residual add
      * carries the norm before it and the next norm after it, so a->a always holds the next
@@ -237,7 +244,8 @@ int ls_assistant_draft(ls_assistant *a, ls_backend *be, const ls_asst_embd *embd
     while (cnt < k) {
         if (tok < 0 || tok >= embd->table->rows)
             return serr(a, "assistant draft: token %d outside the target vocabulary", tok);
-        op->upload(be, a->tok, &tok, sizeof tok);
+        a->h_io[1] = tok;
+        op->upload(be, a->tok, &a->h_io[1], sizeof tok);
         op->get_rows(be, embd->table, a->tok, 1, a->emb);
         op->scale(be, a->emb, embd->scale, a->bb);
         /* hprev is consumed at the start of the step, so hnext may land in hcur itself */
