@@ -174,8 +174,8 @@ int ls_session_eval(ls_session *s, const int32_t *tokens, int32_t n, int32_t log
     return LS_OK;
 }
 
-/* Kept across calls (a server slot's requests reuse it): page-locking costs about a
- * millisecond a few MB, and freeing page-locked memory waits for the device. */
+/* Kept across calls (a server slot's requests reuse it): page-locking memory is a driver
+ * call that maps and locks every page, and freeing it waits for the device. */
 float *ls_session_logits_buffer(ls_session *s, int32_t rows) {
     if (!s || rows < 1) return NULL;
     if (rows <= s->h_logits_rows) return s->h_logits;
