@@ -92,8 +92,8 @@ int ls_workspace_init(ls_workspace *ws, ls_backend *be, const ls_model *m, int32
     HALLOC(ws->h_moe_idx, w.moe_idx);
     HALLOC(ws->h_moe_src, w.moe_rows);
     HALLOC(ws->h_moe_wsel, w.moe_rows);
-    /* the probe's captures: rows x the widest activation, copied only while it runs; plain
-     * memory (page-locking ~rows x 21 KB for every session is not worth it) */
+    /* the probe's captures: rows x the widest activation, copied only while the probe runs:
+     * plain memory (not worth page-locking that much for every session) */
     if (w.x > 0 && !(ws->h_capture = malloc(sizeof(float) * (size_t)((int64_t)rows * w.x)))) fail = 1;
 #undef BALLOC
 #undef HALLOC

@@ -809,6 +809,8 @@ static void bench_host_copies() {
     void *pageable = malloc(most);
     if (!pageable) {
         printf("d2h: out of host memory\n");
+        CK(cudaFreeHost(pinned));
+        CK(cudaFree(d));
         return;
     }
     memset(pageable, 0, most);

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/host_buffer.h"
 extern "C" {
 #include "core/f16.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -672,6 +673,32 @@ void test_attention(const AttnCase &c) {
 
 /* ---- copy with overlap (d) ---------------------------------------------------------- */
 
+/* The CUDA backend's host buffers (src/kernels/host_buffer.c) are page-locked, not the plain
+ * fallback: the driver reports them as registered host memory, and a download into one
+ * arrives whole. test_backend_ops checks the contents on every backend; this checks the kind. */
+void test_host_buffer() {
+    const size_t n = 262144; /* one Gemma logits row */
+    float *h = (float *)ls_host_buffer_alloc(G, n * sizeof(float));
+    cudaPointerAttributes at = {};
+    const bool got = h && cudaPointerGetAttributes(&at, h) == cudaSuccess;
+    const bool locked = got && at.type == cudaMemoryTypeHost;
+    bool same = false;
+    if (h) {
+        std::vector<float> want(n);
+        Rng r(7);
+        for (float &v : want) v = r.normal(1.0f);
+        DBuf d(G, n * sizeof(float));
+        G->ops->upload(G, d.p, want.data(), n * sizeof(float));
+        memset(h, 0, n * sizeof(float));
+        G->ops->download(G, h, d.p, n * sizeof(float));
+        same = memcmp(h, want.data(), n * sizeof(float)) == 0;
+    }
+    (void)cudaGetLastError(); /* a plain pointer may leave cudaErrorInvalidValue on older drivers */
+    report("host buffer page-locked", h && locked && same, "memory type %d (%d = page-locked host), download %s",
+           got ? (int)at.type : -1, (int)cudaMemoryTypeHost, same ? "exact" : "differs");
+    ls_host_buffer_free(h);
+}
+
 void test_copy() {
     Rng r(101);
     const size_t N = (size_t)48 << 20;
@@ -1171,6 +1198,7 @@ attention:
     for (const AttnCase &c : cases) test_attention(c);
     if (only_attention) goto done;
     test_copy();
+    test_host_buffer();
 #if TEST_MATMUL
     test_matmul();
 #else
