@@ -400,7 +400,10 @@ def test_api_key_prompt():
                  10, "the wrong key to be refused")
         d.find_element(By.ID, "key-input").send_keys("s3cret" + Keys.ENTER)
         wait_for(lambda: dlg.get_attribute("open") is None, 10, "the dialog to close")
-        assert d.execute_script("return sessionStorage.getItem('lockstep.apiKey')") == "s3cret"
+        # the dialog's `close` event, whose handler stores the key, is queued as a task after the `open`
+        # attribute goes: wait for the key rather than read it at once
+        wait_for(lambda: d.execute_script("return sessionStorage.getItem('lockstep.apiKey')") == "s3cret", 10,
+                 "the key to be kept for the session")
         assert d.execute_script("return localStorage.getItem('lockstep.apiKey')") is None
         settings(d, max_tokens=8)
         send(d, "Hello")
