@@ -424,7 +424,20 @@ enum {
      * format (docs/cuda.md 2a), for A/B runs of the two; set it before a model is opened.
      * 0, the default: all on. */
     LS_TESTCTL_CUDA_OFF = 8,
+    /* (int on, ls_step_times *out): step timing of the backends that replay recorded steps
+     * (CUDA graphs). out (may be NULL) receives the totals gathered since the last call, which
+     * start again from zero; then timing is turned on (1) or off (0, the default). While on,
+     * every replayed step costs two more event records on the GPU queue. A benchmark tool:
+     * it splits a decode step's wall time into the host's part and the GPU's. */
+    LS_TESTCTL_STEP_TIMES = 9,
 };
+/* LS_TESTCTL_STEP_TIMES totals over the replayed steps (steps captured into a new graph are
+ * not counted: their host time is the capture's). */
+typedef struct {
+    int64_t steps;
+    double host_ms;   /* host time from the step's first op call to its graph launch returning */
+    double device_ms; /* GPU time from the step's parameter upload to its graph's last kernel */
+} ls_step_times;
 enum {
     LS_CUDA_OFF_MERGE = 1,
     LS_CUDA_OFF_PDL = 2,

@@ -33,6 +33,8 @@ grep -q "verify4_ms=" <<<"$out" || bad "the usual fields are gone: $out"
 out=$("$CLI" bench --device cpu -m "$M" -t 1 -p 8 -n 4 -r 1 2>/dev/null) || bad "bench exits $?"
 grep -q " ab_" <<<"$out" && bad "ab_* fields without --ab-cuda-off: $out"
 grep -q " depth=0 step_pos=4" <<<"$out" || bad "depth=0 step_pos=4 missing without -d: $out"
+# the host / GPU split of a step comes from replayed step graphs: none on the CPU
+grep -q " step_host_us=" <<<"$out" && bad "step_host_us on the CPU backend (no replayed steps): $out"
 # -p 1: the decoded and verify tokens come from past the one-token prompt (no division by zero)
 "$CLI" bench --device cpu -m "$M" -t 1 -p 1 -n 4 -r 1 -k 2 >/dev/null 2>"$T_ERR"
 grep -q "must be 1..1" "$T_ERR" || bad "-p 1 -k 2: want the verify block refused by the batch size, got: $(cat "$T_ERR")"

@@ -216,6 +216,41 @@ static void test_session_scratch_same_tokens(void **state) {
     ls_session_free(s);
 }
 
+/* LS_TESTCTL_STEP_TIMES: only backends that replay recorded steps count them (the CPU none);
+ * every take starts the totals again from zero. */
+static void test_step_times(void **state) {
+    (void)state;
+    char err[256];
+    ls_session_params sp = ls_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_threads = 1;
+    ls_session *s;
+    assert_int_equal(ls_session_create(g_model, &sp, &s, err, sizeof err), LS_OK);
+    float *logits = malloc(sizeof(float) * FIXTURE_N_VOCAB);
+    assert_non_null(logits);
+    int32_t tok = FIXTURE_BOS;
+    ls_step_times t = {.steps = -1};
+    assert_int_equal(ls_test_control(LS_TESTCTL_STEP_TIMES, 1, (ls_step_times *)NULL), LS_OK);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(ls_session_eval(s, &tok, 1, 0, logits, err, sizeof err), LS_OK);
+        tok = FIXTURE_FIRST_PIECE + i;
+    }
+    assert_int_equal(ls_test_control(LS_TESTCTL_STEP_TIMES, 0, &t), LS_OK);
+    if (strcmp(ls_session_device(s), "cpu") == 0) {
+        assert_int_equal(t.steps, 0);
+        assert_true(t.host_ms == 0.0 && t.device_ms == 0.0);
+    } else { /* the first step of a shape is captured, the later ones replay */
+        assert_true(t.steps >= 1 && t.steps <= 5);
+        assert_true(t.host_ms > 0.0 && t.device_ms > 0.0);
+    }
+    assert_int_equal(ls_session_eval(s, &tok, 1, 0, logits, err, sizeof err), LS_OK); /* timing off */
+    assert_int_equal(ls_test_control(LS_TESTCTL_STEP_TIMES, 0, &t), LS_OK);
+    assert_int_equal(t.steps, 0);
+    assert_true(t.host_ms == 0.0 && t.device_ms == 0.0);
+    free(logits);
+    ls_session_free(s);
+}
+
 /* ---- (c) ------------------------------------------------------------------------------------ */
 
 static void test_model_open_nomem(void **state) {
@@ -333,6 +368,7 @@ int main(void) {
         cmocka_unit_test(test_sample_alloc_failure),
         cmocka_unit_test(test_session_alloc_failure),
         cmocka_unit_test(test_session_scratch_same_tokens),
+        cmocka_unit_test(test_step_times),
         cmocka_unit_test(test_model_open_nomem),
         cmocka_unit_test(test_model_open_tokenizer_nomem),
         cmocka_unit_test(test_probe_memo_dir),

@@ -48,6 +48,16 @@ int ls_test_control(int op, ...) {
         rc = ls_fault_arm(site, va_arg(ap, int));
         break;
     }
+    case LS_TESTCTL_STEP_TIMES: {
+        const int on = va_arg(ap, int);
+        ls_step_times *out = va_arg(ap, ls_step_times *);
+        int64_t n, host_ns, device_ns;
+        ls_backend_step_times_take(&n, &host_ns, &device_ns);
+        if (out)
+            *out = (ls_step_times){.steps = n, .host_ms = (double)host_ns / 1e6, .device_ms = (double)device_ns / 1e6};
+        ls_backend_set_step_timing(on != 0);
+        break;
+    }
     case LS_TESTCTL_DESCRIBE: {
         char *buf = va_arg(ap, char *);
         rc = describe(buf, va_arg(ap, size_t));

@@ -238,6 +238,13 @@ bool ls_backend_graphs(void);
  * CUDA backend instances created from now on leave off; 0 by default. */
 void ls_backend_set_cuda_off(unsigned bits);
 unsigned ls_backend_cuda_off(void);
+/* Step timing (ls_test_control LS_TESTCTL_STEP_TIMES): whether backends that replay recorded
+ * steps time them; each replayed step adds its host and device nanoseconds; take reads the
+ * totals and zeroes them. */
+void ls_backend_set_step_timing(bool on);
+bool ls_backend_step_timing(void);
+void ls_backend_step_times_add(int64_t host_ns, int64_t device_ns);
+void ls_backend_step_times_take(int64_t *steps, int64_t *host_ns, int64_t *device_ns);
 
 /* y[i] = W_i x for i < n through ops->matmul_n where the backend has it, else n matmul calls. */
 static inline void ls_backend_matmul_n(ls_backend *be, int n, const ls_weight *const *w, const float *x, int64_t m,

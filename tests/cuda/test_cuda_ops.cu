@@ -963,6 +963,9 @@ void test_graphs() {
     Mapped w(randv(r, Chain::D, 1.0f));
     bool ok = true;
     int steps = 0;
+    int64_t tn, th, td;
+    ls_backend_step_times_take(&tn, &th, &td); /* from zero */
+    ls_backend_set_step_timing(true);          /* ls_test_control(LS_TESTCTL_STEP_TIMES, 1, ..) */
     size_t nkeys = 0;
     {
         Chain cd(bd), cg(bg);
@@ -1042,6 +1045,14 @@ void test_graphs() {
     bg->ops->free(bg);
     report("graph replay == direct", ok, "%d steps of a 17-op chain, %zu keys (updates, evictions, reshapes)", steps,
            nkeys);
+    /* step timing: the replayed steps of bg alone (bd launches directly; a step captured into a
+     * new graph is not counted), each with host and GPU time */
+    ls_backend_set_step_timing(false);
+    ls_backend_step_times_take(&tn, &th, &td);
+    const int64_t replays = (int64_t)steps - (int64_t)nkeys;
+    report("step timing", tn >= 1 && tn <= replays && th > 0 && td > 0,
+           "%lld timed replays of at most %lld, host %.1f us, GPU %.1f us a step", (long long)tn, (long long)replays,
+           tn ? th / 1e3 / (double)tn : 0.0, tn ? td / 1e3 / (double)tn : 0.0);
 }
 
 /* ---- timing (--bench): attention at decode and prefill shapes ---------------------- */

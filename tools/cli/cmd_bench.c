@@ -175,6 +175,30 @@ static int ab_run(ls_model *m, const ls_session_params *sp, ls_session *a, unsig
     return rc;
 }
 
+/* Where a step's time goes on a backend that replays recorded steps (CUDA graphs): n one-token
+ * steps, then n verify blocks of kv rows, each at the session's position and rolled back, timed
+ * by LS_TESTCTL_STEP_TIMES into *st and *vb (no steps counted on other backends). */
+static int step_split(ls_session *s, const int32_t *toks, int32_t kv, int n, float *logits, ls_step_times *st,
+                      ls_step_times *vb, char *err, size_t errlen) {
+    const int32_t base = ls_session_pos(s);
+    ls_test_control(LS_TESTCTL_STEP_TIMES, 1, (ls_step_times *)NULL);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int r = 0; r < n; r++) {
+            int bad = ls_session_eval(s, toks, pass ? kv : 1, 0, logits, err, errlen) != LS_OK;
+            if (!bad && ls_session_truncate(s, base) != LS_OK) {
+                snprintf(err, errlen, "could not roll back to position %d", (int)base);
+                bad = 1;
+            }
+            if (bad) {
+                ls_test_control(LS_TESTCTL_STEP_TIMES, 0, (ls_step_times *)NULL);
+                return -1;
+            }
+        }
+        ls_test_control(LS_TESTCTL_STEP_TIMES, pass == 0, pass ? vb : st);
+    }
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     cli_opts o;
     memset(&o, 0, sizeof o);
@@ -250,6 +274,8 @@ int cmd_bench(int argc, char **argv) {
         vb[r] = (now_s() - t0) * 1e3;
         ls_session_truncate(s, base);
     }
+    ls_step_times tst = {0}, tvb = {0};
+    if (step_split(s, ids + 1, kv, nrep, logits, &tst, &tvb, err, sizeof err) != 0) goto evalfail;
     qsort(vb, (size_t)nrep, sizeof(double), cmp_d);
     qsort(st, (size_t)nrep, sizeof(double), cmp_d);
     qsort(pp, (size_t)reps, sizeof(double), cmp_d);
@@ -265,6 +291,10 @@ int cmd_bench(int argc, char **argv) {
            n_tg, tg[reps / 2], reps, ru.ru_maxrss / 1024.0, mi.weight_bytes / 1073741824.0,
            mi.weight_bytes * tg[reps / 2] / 1e9, st[nrep / 2], kv, vb[nrep / 2], vb[nrep / 2] / st[nrep / 2], depth,
            base);
+    if (tst.steps > 0 && tvb.steps > 0)
+        printf(" step_host_us=%.1f step_gpu_ms=%.3f verify_host_us=%.1f verify_gpu_ms=%.3f",
+               tst.host_ms * 1e3 / (double)tst.steps, tst.device_ms / (double)tst.steps,
+               tvb.host_ms * 1e3 / (double)tvb.steps, tvb.device_ms / (double)tvb.steps);
     if (sp.tensor_parallel > 0)
         printf(" tensor_parallel=%d tp_reduce=%s", sp.tensor_parallel, sp.tp_reduce ? "plain" : "exact");
     if (o.given[OPT_AB_CUDA_OFF] &&

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <condition_variable>
@@ -393,11 +394,19 @@ struct CudaBackend {
     GraphEntry cache[kGraphCache];
     int n_cache;
     uint64_t tick;
+    /* step timing (ls_backend_step_timing): events around the last replayed step's upload and
+     * graph, its host nanoseconds, and whether it awaits step_times_harvest */
+    cudaEvent_t t0, t1;
+    std::chrono::steady_clock::time_point t_begin;
+    int64_t t_host_ns;
+    bool t_pending;
 };
 
 CudaBackend *impl_of(ls_backend *be) {
     return (CudaBackend *)be->impl;
 }
+
+void step_times_harvest(CudaBackend *c); /* step graphs, below */
 
 void no_step(CudaBackend *c, const char *what) {
     if (c->in_step) LSC_FATAL("%s between step_begin and step_end (not allowed: backend.h)", what);
@@ -405,14 +414,20 @@ void no_step(CudaBackend *c, const char *what) {
 
 /* ---- recording and step parameters ---- */
 
-uint64_t mix(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = (const unsigned char *)p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull; /* FNV-1a */
-    return h;
+/* One field into a signature: its bytes as one word, multiplied in and folded down (a
+ * decode step mixes ~700 ops of ~12 fields before its graph may launch, while the GPU
+ * waits: byte-wise FNV-1a over that many fields took ~60 us on the project machine's CPU,
+ * this ~6). */
+uint64_t mix_word(uint64_t h, uint64_t w) {
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 31);
 }
 template <class T>
 uint64_t mix_v(uint64_t h, const T &v) {
-    return mix(h, &v, sizeof v);
+    static_assert(sizeof v <= 8, "a signature field is a scalar or a pointer");
+    uint64_t w = 0;
+    memcpy(&w, &v, sizeof v);
+    return mix_word(h, w);
 }
 
 /* Signatures mix fields one by one (never a whole struct: its padding bytes are not values). */
@@ -536,6 +551,7 @@ void cu_download(ls_backend *be, void *dst_host, const void *src, size_t bytes) 
         LSC_CHECK(cudaEventRecord(c->done, g_stream));
     }
     LSC_CHECK(cudaEventSynchronize(c->done));
+    step_times_harvest(c);
 }
 
 /* memmove on the device. Disjoint: one copy. Overlapping with distance g = |dst - src|:
@@ -905,6 +921,17 @@ void cu_kv_store2(ls_backend *be, void *dk, void *dv, bool f32, const float *k, 
 
 /* ---- step graphs ---- */
 
+/* Adds the last timed step to the totals once its events have completed (callers have just
+ * synchronized the queue, so this does not wait). */
+void step_times_harvest(CudaBackend *c) {
+    if (!c->t_pending) return;
+    c->t_pending = false;
+    LSC_CHECK(cudaEventSynchronize(c->t1));
+    float ms = 0.0f;
+    LSC_CHECK(cudaEventElapsedTime(&ms, c->t0, c->t1));
+    ls_backend_step_times_add(c->t_host_ns, (int64_t)((double)ms * 1e6));
+}
+
 void cu_step_begin(ls_backend *be, int64_t key) {
     CudaBackend *c = impl_of(be);
     no_step(c, "step_begin");
@@ -918,6 +945,8 @@ void cu_step_begin(ls_backend *be, int64_t key) {
         QueueLock q;
         LSC_CHECK(cudaStreamSynchronize(g_stream));
     }
+    step_times_harvest(c);
+    if (ls_backend_step_timing()) c->t_begin = std::chrono::steady_clock::now();
     c->recording = true;
     c->rec.clear();
     c->sig = mix_v(0xcbf29ce484222325ull, key);
@@ -957,6 +986,7 @@ void cu_step_end(ls_backend *be) {
     if (c->rec.empty()) return;
     QueueLock q;
     GraphEntry *e = graph_find(c, c->sig);
+    const bool replay = e != nullptr;
     if (!e) {
         if (g_capturing) LSC_FATAL("step_end: a capture is already open");
         LSC_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
@@ -972,9 +1002,17 @@ void cu_step_end(ls_backend *be) {
         LSC_CHECK(cudaGraphDestroy(g));
     }
     e->last_used = ++c->tick;
+    const bool timed = replay && ls_backend_step_timing();
+    if (timed) LSC_CHECK(cudaEventRecord(c->t0, g_stream));
     if (c->arena_used)
         LSC_CHECK(cudaMemcpyAsync(c->d_arena, c->h_arena, c->arena_used, cudaMemcpyHostToDevice, g_stream));
     LSC_CHECK(cudaGraphLaunch(e->exec, g_stream));
+    if (timed) {
+        LSC_CHECK(cudaEventRecord(c->t1, g_stream));
+        c->t_host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                            c->t_begin).count();
+        c->t_pending = true;
+    }
     c->rec.clear();
 }
 
@@ -986,6 +1024,10 @@ void cu_free(ls_backend *be) {
     if (c->in_step) LSC_FATAL("free between step_begin and step_end");
     QueueLock q;
     q.forbid_capture("free");
+    if (c->t_pending) {
+        LSC_CHECK(cudaStreamSynchronize(g_stream));
+        step_times_harvest(c);
+    }
     for (int i = 0; i < c->n_cache; i++) LSC_CHECK(cudaGraphExecDestroy(c->cache[i].exec));
     if (c->staging) LSC_CHECK(cudaFree(c->staging));
     if (c->attn_scratch) LSC_CHECK(cudaFree(c->attn_scratch));
@@ -993,6 +1035,8 @@ void cu_free(ls_backend *be) {
     if (c->d_arena) LSC_CHECK(cudaFree(c->d_arena));
     if (c->h_arena) LSC_CHECK(cudaFreeHost(c->h_arena));
     if (c->done) LSC_CHECK(cudaEventDestroy(c->done));
+    if (c->t0) LSC_CHECK(cudaEventDestroy(c->t0));
+    if (c->t1) LSC_CHECK(cudaEventDestroy(c->t1));
     if (--g_stream_users == 0) {
         LSC_CHECK(cudaStreamSynchronize(g_stream));
         LSC_CHECK(cudaStreamDestroy(g_stream));
@@ -1080,6 +1124,8 @@ ls_backend *cu_create(const ls_backend_params *p) {
     q.forbid_capture("create");
     if (g_stream_users++ == 0) LSC_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
     LSC_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
+    LSC_CHECK(cudaEventCreate(&c->t0)); /* timing events: step timing */
+    LSC_CHECK(cudaEventCreate(&c->t1));
     c->attn_bytes = ls_cuda_attention_scratch_bytes(p->max_rows, p->max_cols, p->max_keys);
     c->staging = (char *)create_alloc(kStagingBytes, "copy staging buffer");
     c->attn_scratch = c->staging ? (float *)create_alloc(c->attn_bytes, "attention scratch") : nullptr;
