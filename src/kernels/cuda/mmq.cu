@@ -940,8 +940,15 @@ bool kq_key(int key) {
 /* ls_cuda_mmq_kw_override: 0 = kw_of (the shape decides), else that k-warp count for every
  * weight. Benchmarks only: kw sets the reduction order, so it changes the bits. */
 std::atomic<int> g_kw{0};
-int kw_pick(int key, int nch) {
+int kw_pick(int key, int nch, int64_t N) {
     const int k = g_kw.load(std::memory_order_relaxed);
+#ifdef LS_KW2_MAX_N
+    /* A/B builds only (different bits): MLX 4-bit weights of few rows (a 31B layer's q / k / v
+     * and o) split over two k-warps, so that their one-row calls fill more of the GPU */
+    if (!k && key == 104 && N <= LS_KW2_MAX_N) return 2;
+#else
+    (void)N;
+#endif
     return k ? k : kw_of(key, nch);
 }
 
@@ -953,7 +960,7 @@ template <class T>
 int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y, void *scratch, size_t scratch_bytes,
            bool act_ready) {
     c.nch = (int)(c.K / (QB * T::XB));
-    c.kw = kw_pick(key, c.nch);
+    c.kw = kw_pick(key, c.nch, c.N);
     const int64_t bn = WR * (WARPS / c.kw); /* weight rows per block */
     const int64_t nb = (c.N + bn - 1) / bn;
     const size_t per_row = rows_bytes(1, c.K);
@@ -1027,7 +1034,7 @@ int launch_group(cudaStream_t st, int key, Group g, const float *x, int64_t M, v
     for (int i = 0; i < g.n; i++) {
         Ctx &c = g.c[i];
         c.nch = (int)(c.K / (QB * T::XB));
-        c.kw = kw_pick(key, c.nch);
+        c.kw = kw_pick(key, c.nch, c.N);
         const int64_t bn = WR * (WARPS / c.kw);
         g.nb[i] = (c.N + bn - 1) / bn;
         nb += g.nb[i];
@@ -1114,7 +1121,7 @@ static int prepared(const ls_weight *w, Ctx &c) {
     const int key = ls_cuda_mmq_key(w);
     if (key < 0 || ls::q::mm_prepare(w, c) < 0) return -1;
     c.nch = (int)(c.K / (QB * (key == LS_TYPE_Q4_K ? 2 : 1)));
-    c.kw = kw_pick(key, c.nch);
+    c.kw = kw_pick(key, c.nch, c.N);
     return key;
 }
 
