@@ -168,16 +168,23 @@ static void on_token(int32_t id, void *ud) {
     o->n++;
 }
 
+/* A session of the fixture model on one thread with n_ctx positions. */
+static ls_session *one_thread_session(int32_t n_ctx) {
+    char err[256];
+    ls_session_params sp = ls_session_default_params();
+    sp.n_ctx = n_ctx;
+    sp.n_threads = 1;
+    ls_session *s = NULL;
+    assert_int_equal(ls_session_create(g_model, &sp, &s, err, sizeof err), LS_OK);
+    return s;
+}
+
 /* ls_generate samples with the session's scratch; replaying the same logits rows through
  * ls_sample gives the same tokens, penalties and filters included. */
 static void test_session_scratch_same_tokens(void **state) {
     (void)state;
     char err[256];
-    ls_session_params sp = ls_session_default_params();
-    sp.n_ctx = 128;
-    sp.n_threads = 1;
-    ls_session *s;
-    assert_int_equal(ls_session_create(g_model, &sp, &s, err, sizeof err), LS_OK);
+    ls_session *s = one_thread_session(128);
     int32_t hist[N_PROMPT + N_GEN];
     hist[0] = FIXTURE_BOS;
     for (int i = 1; i < N_PROMPT; i++) hist[i] = FIXTURE_FIRST_PIECE + (i * 13) % 60;
@@ -221,11 +228,7 @@ static void test_session_scratch_same_tokens(void **state) {
 static void test_step_times(void **state) {
     (void)state;
     char err[256];
-    ls_session_params sp = ls_session_default_params();
-    sp.n_ctx = 64;
-    sp.n_threads = 1;
-    ls_session *s;
-    assert_int_equal(ls_session_create(g_model, &sp, &s, err, sizeof err), LS_OK);
+    ls_session *s = one_thread_session(64);
     float *logits = malloc(sizeof(float) * FIXTURE_N_VOCAB);
     assert_non_null(logits);
     int32_t tok = FIXTURE_BOS;
@@ -333,11 +336,7 @@ static void test_probe_memo_dir(void **state) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/lockstep/probe", tmpl); /* created on the first write */
     char err[256];
-    ls_session_params sp = ls_session_default_params();
-    sp.n_ctx = 128;
-    sp.n_threads = 1;
-    ls_session *s;
-    assert_int_equal(ls_session_create(g_model, &sp, &s, err, sizeof err), LS_OK);
+    ls_session *s = one_thread_session(128);
     ls_drafter *d;
     assert_int_equal(ls_drafter_ngram_create(1, 3, &d, err, sizeof err), LS_OK);
 
