@@ -44,7 +44,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <condition_variable>
 #include <mutex>
@@ -61,6 +60,7 @@ extern "C" {
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_matmul.h"
+#include "kernels/cuda/launch_list.h"
 #include "lockstep.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -386,7 +386,7 @@ struct CudaBackend {
     int64_t step_key;
     /* the step being recorded (graphs on) */
     bool recording;
-    std::vector<std::function<void()>> rec;
+    ls::cuda::LaunchList rec;
     uint64_t sig;
     /* parameter arena: host (pinned) and device copies, bytes used */
     uint8_t *h_arena, *d_arena;
@@ -469,11 +469,12 @@ void upload_slot(const Slot &s) {
 }
 
 /* Runs an op's launch now, or records it (and its signature) while a step is recorded. */
-void run_op(CudaBackend *c, uint64_t op_sig, std::function<void()> launch) {
+template <class F>
+void run_op(CudaBackend *c, uint64_t op_sig, F &&launch) {
     c->op_seq++;
     if (c->recording) {
         c->sig = mix_v(c->sig, op_sig);
-        c->rec.push_back(std::move(launch));
+        c->rec.push(std::forward<F>(launch));
         return;
     }
     QueueLock q;
@@ -992,7 +993,7 @@ void cu_step_end(ls_backend *be) {
         LSC_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
         g_capturing = true;
         g_capture_owner = std::this_thread::get_id();
-        for (auto &f : c->rec) f();
+        c->rec.run_all();
         cudaGraph_t g = nullptr;
         const cudaError_t err = cudaStreamEndCapture(g_stream, &g);
         g_capturing = false;
