@@ -288,7 +288,9 @@ def test_streamed_answer_and_footer(driver):
     assert "<img src=x" in driver.find_elements(By.CSS_SELECTOR, ".msg.user .body")[-1].text
 
     # a follow-up in the same conversation: its prompt starts with the first turn, which the
-    # slot's cache still holds (the footer shows the cached tokens)
+    # slot's cache still holds (the footer shows the cached tokens). A slot turns idle only after
+    # its response is sent, and only idle slots are matched by prefix: wait for it first.
+    wait_for(lambda: health()["slots"]["processing"] == 0, 10, "the slot to be idle")
     send(driver, "Now one more sentence.")
     seen, state = watch_stream(driver, 1)
     assert state == "done", last_answer(driver)
