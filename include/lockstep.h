@@ -435,8 +435,8 @@ enum {
  * not counted: their host time is the capture's). */
 typedef struct {
     int64_t steps;
-    double host_ms;   /* host time from the step's first op call to its graph launch returning */
-    double device_ms; /* GPU time from the step's parameter upload to its graph's last kernel */
+    double host_ms;   /* host time from the step's first op call to its submission (the graph found) */
+    double device_ms; /* from the submission of its parameter upload and graph to its last kernel */
 } ls_step_times;
 enum {
     LS_CUDA_OFF_MERGE = 1,

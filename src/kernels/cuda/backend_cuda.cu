@@ -394,9 +394,11 @@ struct CudaBackend {
     GraphEntry cache[kGraphCache];
     int n_cache;
     uint64_t tick;
-    /* step timing (ls_backend_step_timing): events around the last replayed step's upload and
-     * graph, its host nanoseconds, and whether it awaits step_times_harvest */
+    /* step timing (ls_backend_step_timing, read once a step at step_begin: t_on): events around
+     * the last replayed step's upload and graph, its host nanoseconds, and whether it awaits
+     * step_times_harvest */
     cudaEvent_t t0, t1;
+    bool t_on;
     std::chrono::steady_clock::time_point t_begin;
     int64_t t_host_ns;
     bool t_pending;
@@ -614,6 +616,7 @@ void cu_sync(ls_backend *be) {
         LSC_CHECK(cudaEventRecord(c->done, g_stream));
     }
     LSC_CHECK(cudaEventSynchronize(c->done));
+    step_times_harvest(c); /* a forward without logits rows ends here */
 }
 
 void cu_copy_rows(ls_backend *be, float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int64_t width,
@@ -947,7 +950,8 @@ void cu_step_begin(ls_backend *be, int64_t key) {
         LSC_CHECK(cudaStreamSynchronize(g_stream));
     }
     step_times_harvest(c);
-    if (ls_backend_step_timing()) c->t_begin = std::chrono::steady_clock::now();
+    c->t_on = ls_backend_step_timing();
+    if (c->t_on) c->t_begin = std::chrono::steady_clock::now();
     c->recording = true;
     c->rec.clear();
     c->sig = mix_v(0xcbf29ce484222325ull, key);
@@ -1003,15 +1007,19 @@ void cu_step_end(ls_backend *be) {
         LSC_CHECK(cudaGraphDestroy(g));
     }
     e->last_used = ++c->tick;
-    const bool timed = replay && ls_backend_step_timing();
-    if (timed) LSC_CHECK(cudaEventRecord(c->t0, g_stream));
+    /* host time: up to the step's submission; GPU time: from there (t0 completes at once, the
+     * queue is idle since step_begin) to the graph's last kernel. The two add up to the step. */
+    const bool timed = replay && c->t_on;
+    if (timed) {
+        c->t_host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                            c->t_begin).count();
+        LSC_CHECK(cudaEventRecord(c->t0, g_stream));
+    }
     if (c->arena_used)
         LSC_CHECK(cudaMemcpyAsync(c->d_arena, c->h_arena, c->arena_used, cudaMemcpyHostToDevice, g_stream));
     LSC_CHECK(cudaGraphLaunch(e->exec, g_stream));
     if (timed) {
         LSC_CHECK(cudaEventRecord(c->t1, g_stream));
-        c->t_host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                            c->t_begin).count();
         c->t_pending = true;
     }
     c->rec.clear();

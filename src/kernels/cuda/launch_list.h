@@ -29,6 +29,8 @@ class LaunchList {
     void push(F &&f) {
         using C = typename std::decay<F>::type;
         static_assert(alignof(C) <= kAlign, "a closure needs more alignment than the blocks give");
+        if (items_.size() == items_.capacity()) /* may throw: before the closure exists */
+            items_.reserve(items_.empty() ? 256 : 2 * items_.capacity());
         void *at = take(sizeof(C));
         new (at) C(std::forward<F>(f));
         items_.push_back({&run_one<C>, &destroy_one<C>, at});

@@ -1200,8 +1200,10 @@ extern "C" int ls_cuda_mmq_groupable(const ls_weight *a, const ls_weight *b, int
     if (ls::mmq::use_mma(m, a->rows) || ls::mmq::use_mma(m, b->rows)) return 0;
     Ctx ca, cb;
     if (prepared(a, ca) < 0 || prepared(b, cb) < 0) return 0;
+    /* k-warps follow the shape (kw_pick): one-row variant 1 compiles one count for the group */
+    if (ca.kw != cb.kw) return 0;
     const bool na = narrow_pick(key, ca, m), nb = narrow_pick(key, cb, m);
-    if (na != nb || (na && (ca.gshift != cb.gshift || ca.kw != cb.kw))) return 0;
+    if (na != nb || (na && ca.gshift != cb.gshift)) return 0;
     if (na) return 1;
     return ls::mmq::use_small(key, m, a->rows) == ls::mmq::use_small(key, m, b->rows);
 }
