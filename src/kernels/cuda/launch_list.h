@@ -25,8 +25,7 @@ class LaunchList {
     LaunchList &operator=(const LaunchList &) = delete;
     ~LaunchList() { clear(); }
 
-    template <class F>
-    void push(F &&f) {
+    template <class F> void push(F &&f) {
         using C = typename std::decay<F>::type;
         static_assert(alignof(C) <= kAlign, "a closure needs more alignment than the blocks give");
         if (items_.size() == items_.capacity()) /* may throw: before the closure exists */
@@ -55,14 +54,8 @@ class LaunchList {
         void (*destroy)(void *);
         void *obj;
     };
-    template <class C>
-    static void run_one(void *p) {
-        (*static_cast<C *>(p))();
-    }
-    template <class C>
-    static void destroy_one(void *p) {
-        static_cast<C *>(p)->~C();
-    }
+    template <class C> static void run_one(void *p) { (*static_cast<C *>(p))(); }
+    template <class C> static void destroy_one(void *p) { static_cast<C *>(p)->~C(); }
     static constexpr std::size_t kAlign = alignof(std::max_align_t);
     static constexpr std::size_t kBlock = 64 * 1024;
 
