@@ -804,7 +804,7 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, c
     }
 }
 constexpr int GEMV_VARIANTS = 3;
-/* -1: the measured choice (gemv_default); 0, 1: that variant for every call */
+/* -1: the measured choice (gemv_default); 0, 1, 2: that variant for every call */
 std::atomic<int> g_gemv{-1};
 /* Which one-row kernel streams a weight faster, by type and k-warps (H200, test_cuda_matmul
  * --bench, docs/benchmarks.md session 9): the warp-per-rows kernel for MLX 8-bit (35.5 vs
