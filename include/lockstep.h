@@ -422,7 +422,8 @@ enum {
      * the narrow-call kernels). LS_CUDA_OFF_KQ is the exception whose bits differ: Q4_K and Q6_K
      * weights take the 16-bit two-plane activations of the other types instead of the K-quant
      * format (docs/cuda.md 2a), for A/B runs of the two; set it before a model is opened.
-     * 0, the default: all on. */
+     * LS_CUDA_OFF_L2_PREFETCH: no L2 prefetch (LS_TESTCTL_CUDA_L2_PREFETCH; off anyway unless
+     * that sets a budget). 0, the default: all on. */
     LS_TESTCTL_CUDA_OFF = 8,
     /* (int on, ls_step_times *out): step timing of the backends that replay recorded steps
      * (CUDA graphs). out (may be NULL) receives the totals gathered since the last call, which
@@ -430,6 +431,12 @@ enum {
      * every replayed step costs two more event records on the GPU queue. A benchmark tool:
      * it splits a decode step's wall time into the host's part and the GPU's. */
     LS_TESTCTL_STEP_TIMES = 9,
+    /* (int kib): CUDA backend instances created from now on pull up to `kib` KiB of each
+     * matmul's weights (those of at least 2 MiB) into the GPU's L2 cache while the ops before
+     * it run, from a side branch of a recorded step's graph (docs/cuda.md 2c; same bytes either
+     * way). 0, the default: off. LS_CUDA_OFF_L2_PREFETCH turns it off for an instance, so an
+     * A/B run compares the two in one process. */
+    LS_TESTCTL_CUDA_L2_PREFETCH = 10,
 };
 /* LS_TESTCTL_STEP_TIMES totals over the replayed steps (steps captured into a new graph are
  * not counted: their host time is the capture's). */
@@ -445,7 +452,8 @@ enum {
     LS_CUDA_OFF_ATTN_SPLIT = 8,
     LS_CUDA_OFF_GEMV = 16,
     LS_CUDA_OFF_NARROW = 32,
-    LS_CUDA_OFF_KQ = 64
+    LS_CUDA_OFF_KQ = 64,
+    LS_CUDA_OFF_L2_PREFETCH = 128
 };
 int ls_test_control(int op, ...);
 

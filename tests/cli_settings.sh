@@ -3,7 +3,7 @@
 # ls_test_control (docs/settings.md), and --verbose shows the effect: LOCKSTEP_ISA,
 # LOCKSTEP_CUDA_GRAPHS, LOCKSTEP_PROBE_CACHE / --no-probe-cache, XDG_CACHE_HOME (the probe
 # memo's folder, written by the CLI's choice only), LOCKSTEP_PROBE_TRACE, LOCKSTEP_TEST_FAULT
-# (probe faults and allocation faults, reported, never papered over).
+# (probe faults and allocation faults, reported, never papered over), LOCKSTEP_CUDA_L2_PREFETCH_KIB.
 set -uo pipefail
 CLI=${LOCKSTEP_CLI:?}
 MODEL=${LOCKSTEP_MODEL:?}
@@ -11,7 +11,7 @@ MODEL=${LOCKSTEP_MODEL:?}
 fail=0
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 export XDG_CACHE_HOME="$T/cache"
-unset LOCKSTEP_ISA LOCKSTEP_CUDA_GRAPHS LOCKSTEP_PROBE_CACHE LOCKSTEP_PROBE_TRACE LOCKSTEP_TEST_FAULT
+unset LOCKSTEP_ISA LOCKSTEP_CUDA_GRAPHS LOCKSTEP_PROBE_CACHE LOCKSTEP_PROBE_TRACE LOCKSTEP_TEST_FAULT LOCKSTEP_CUDA_L2_PREFETCH_KIB
 expect() { # expect CODE PATTERN -- command...: exit code and a stderr line matching PATTERN
   local code=$1 pat=$2; shift 3
   local err; err=$("$@" 2>&1 >/dev/null); local rc=$?
@@ -40,6 +40,11 @@ expect 0 "fault_alloc=sampler:2" -- env LOCKSTEP_TEST_FAULT=alloc:sampler:2 "$CL
 expect 2 "LOCKSTEP_TEST_FAULT must be" -- env LOCKSTEP_TEST_FAULT=banana "$CLI" "${tok[@]}"
 expect 2 "unknown stage 'softmax'" -- env LOCKSTEP_TEST_FAULT=3:softmax "$CLI" "${tok[@]}"
 expect 2 "unknown allocation site" -- env LOCKSTEP_TEST_FAULT=alloc:gpu "$CLI" "${tok[@]}"
+# the L2 prefetch budget (KiB; CUDA only, so nothing to show on the CPU): accepted or refused
+expect 0 "^lockstep settings: " -- env LOCKSTEP_CUDA_L2_PREFETCH_KIB=16384 "$CLI" "${tok[@]}" --verbose
+for v in -1 12x 4194305; do
+  expect 2 "LOCKSTEP_CUDA_L2_PREFETCH_KIB must be 0..4194304" -- env LOCKSTEP_CUDA_L2_PREFETCH_KIB=$v "$CLI" "${tok[@]}"
+done
 # the version line names the ISA the kernels will use
 if ! env LOCKSTEP_ISA=scalar "$CLI" version | grep -q "cpu-scalar"; then echo "FAIL: LOCKSTEP_ISA=scalar version"; fail=1; fi
 

@@ -35,6 +35,14 @@ int ls_test_control(int op, ...) {
     switch (op) {
     case LS_TESTCTL_CUDA_GRAPHS: ls_backend_set_graphs(va_arg(ap, int) != 0); break;
     case LS_TESTCTL_CUDA_OFF: ls_backend_set_cuda_off(va_arg(ap, unsigned)); break;
+    case LS_TESTCTL_CUDA_L2_PREFETCH: {
+        const int kib = va_arg(ap, int);
+        if (kib < 0)
+            rc = LS_ERR_ARG;
+        else
+            ls_backend_set_l2_prefetch((int64_t)kib * 1024);
+        break;
+    }
     case LS_TESTCTL_ISA: rc = ls_cpu_isa_set(va_arg(ap, const char *)); break;
     case LS_TESTCTL_PROBE_TRACE: ls_probe_set_trace(va_arg(ap, int) != 0); break;
     case LS_TESTCTL_PROBE_MEMO_DIR: rc = ls_probe_set_memo_dir(va_arg(ap, const char *)); break;
