@@ -408,7 +408,7 @@ enum {
      * ls_model_open). */
     LS_TESTCTL_FAULT_ALLOC = 6,
     /* (char *buf, size_t cap): the effective settings as one line of key=value pairs, e.g.
-     * "isa=avx2 cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off"
+     * "isa=avx2 cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off l2_prefetch_kib=0"
      * (naming the ISA makes the choice: set LS_TESTCTL_ISA before). */
     LS_TESTCTL_DESCRIBE = 7,
     /* (unsigned off): CUDA backend instances created from now on leave off the decode-step
@@ -431,11 +431,11 @@ enum {
      * every replayed step costs two more event records on the GPU queue. A benchmark tool:
      * it splits a decode step's wall time into the host's part and the GPU's. */
     LS_TESTCTL_STEP_TIMES = 9,
-    /* (int kib): CUDA backend instances created from now on pull up to `kib` KiB of each
-     * matmul's weights (those of at least 2 MiB) into the GPU's L2 cache while the ops before
-     * it run, from a side branch of a recorded step's graph (docs/cuda.md 2c; same bytes either
-     * way). 0, the default: off. LS_CUDA_OFF_L2_PREFETCH turns it off for an instance, so an
-     * A/B run compares the two in one process. */
+    /* (int kib): CUDA backend instances created from now on pull up to `kib` KiB (at most the
+     * GPU's L2 size) of each matmul's weights (those of at least 2 MiB) into L2 while the ops
+     * before it run, from a side branch of a recorded step's graph (docs/cuda.md 2c; same
+     * bytes either way). 0, the default: off; < 0: LS_ERR_ARG. LS_CUDA_OFF_L2_PREFETCH turns
+     * it off for an instance, so an A/B run compares the two in one process. */
     LS_TESTCTL_CUDA_L2_PREFETCH = 10,
 };
 /* LS_TESTCTL_STEP_TIMES totals over the replayed steps (steps captured into a new graph are

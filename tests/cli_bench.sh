@@ -49,5 +49,11 @@ for v in 64 65; do
   err=$("$CLI" bench --device cpu -m "$M" --ab-cuda-off "$v" 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] && grep -q -- "cannot take 64" <<<"$err" || bad "--ab-cuda-off $v: rc=$rc, $err"
 done
+# the L2 prefetch bit compares nothing without a budget: refused; with one it runs
+err=$(env -u LOCKSTEP_CUDA_L2_PREFETCH_KIB "$CLI" bench --device cpu -m "$M" --ab-cuda-off 129 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && grep -q -- "set its budget" <<<"$err" || bad "--ab-cuda-off 129 without a budget: rc=$rc, $err"
+out=$(LOCKSTEP_CUDA_L2_PREFETCH_KIB=1024 "$CLI" bench --device cpu -m "$M" -t 1 -p 8 -n 4 -r 1 --ab-cuda-off 128 2>&1) ||
+  bad "--ab-cuda-off 128 with a budget exits $?: $(tail -2 <<<"$out")"
+grep -q " ab_cuda_off=128" <<<"$out" || bad "ab_cuda_off=128 missing in: $out"
 [ $fail -eq 0 ] && echo "PASS: bench -d, --ab-cuda-off"
 exit $fail

@@ -22,7 +22,7 @@ expect() { # expect CODE PATTERN -- command...: exit code and a stderr line matc
 tok=(tokenize -m "$MODEL" -p hi)
 
 # defaults, and each variable / option
-expect 0 "^lockstep settings: device=auto isa=(avx512|avx2|scalar) cuda_graphs=1 probe_trace=0 probe_memo=$T/cache/lockstep/probe fault_probe=off fault_alloc=off$" -- "$CLI" "${tok[@]}" --verbose
+expect 0 "^lockstep settings: device=auto isa=(avx512|avx2|scalar) cuda_graphs=1 probe_trace=0 probe_memo=$T/cache/lockstep/probe fault_probe=off fault_alloc=off l2_prefetch_kib=0$" -- "$CLI" "${tok[@]}" --verbose
 expect 0 "isa=scalar" -- env LOCKSTEP_ISA=scalar "$CLI" "${tok[@]}" --verbose
 expect 0 "isa=scalar" -- "$CLI" --isa scalar "${tok[@]}" --verbose
 expect 2 "--isa must be auto, avx2 or scalar" -- "$CLI" --isa avx512 "${tok[@]}"
@@ -40,8 +40,8 @@ expect 0 "fault_alloc=sampler:2" -- env LOCKSTEP_TEST_FAULT=alloc:sampler:2 "$CL
 expect 2 "LOCKSTEP_TEST_FAULT must be" -- env LOCKSTEP_TEST_FAULT=banana "$CLI" "${tok[@]}"
 expect 2 "unknown stage 'softmax'" -- env LOCKSTEP_TEST_FAULT=3:softmax "$CLI" "${tok[@]}"
 expect 2 "unknown allocation site" -- env LOCKSTEP_TEST_FAULT=alloc:gpu "$CLI" "${tok[@]}"
-# the L2 prefetch budget (KiB; CUDA only, so nothing to show on the CPU): accepted or refused
-expect 0 "^lockstep settings: " -- env LOCKSTEP_CUDA_L2_PREFETCH_KIB=16384 "$CLI" "${tok[@]}" --verbose
+# the L2 prefetch budget (KiB; used by CUDA backends only): shown, or refused
+expect 0 " l2_prefetch_kib=16384$" -- env LOCKSTEP_CUDA_L2_PREFETCH_KIB=16384 "$CLI" "${tok[@]}" --verbose
 for v in -1 12x 4194305; do
   expect 2 "LOCKSTEP_CUDA_L2_PREFETCH_KIB must be 0..4194304" -- env LOCKSTEP_CUDA_L2_PREFETCH_KIB=$v "$CLI" "${tok[@]}"
 done

@@ -20,11 +20,13 @@ static int describe(char *buf, size_t cap) {
     ls_probe_memo_dir(memo, sizeof memo);
     ls_probe_fault_describe(fault_probe, sizeof fault_probe);
     ls_fault_describe(fault_alloc, sizeof fault_alloc);
-    snprintf(buf, cap, "isa=%s cuda_graphs=%d probe_trace=%d probe_memo=%s fault_probe=%s fault_alloc=%s",
+    snprintf(buf, cap,
+             "isa=%s cuda_graphs=%d probe_trace=%d probe_memo=%s fault_probe=%s fault_alloc=%s l2_prefetch_kib=%lld",
              ls_cpu_isa() == LS_ISA_AVX512 ? "avx512"
              : ls_cpu_isa() == LS_ISA_AVX2 ? "avx2"
                                            : "scalar",
-             ls_backend_graphs() ? 1 : 0, ls_probe_trace() ? 1 : 0, memo[0] ? memo : "off", fault_probe, fault_alloc);
+             ls_backend_graphs() ? 1 : 0, ls_probe_trace() ? 1 : 0, memo[0] ? memo : "off", fault_probe, fault_alloc,
+             (long long)(ls_backend_l2_prefetch() / 1024));
     return LS_OK;
 }
 

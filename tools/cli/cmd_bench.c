@@ -145,17 +145,25 @@ static int ab_time(ls_session *ab[2], const int32_t *ids, int32_t kv, float *log
     return 0;
 }
 
+/* Only switches that keep the bytes (LS_CUDA_OFF_KQ changes them and applies when a model
+ * opens), and only ones that are on (the L2 prefetch is off without a budget). */
+static bool ab_bits_ok(unsigned bits) {
+    if (bits & LS_CUDA_OFF_KQ) {
+        fprintf(stderr, "lockstep: --ab-cuda-off cannot take 64 (LS_CUDA_OFF_KQ changes the bytes and applies when a "
+                        "model opens: compare two runs, one with LOCKSTEP_CUDA_KQ=0)\n");
+        return false;
+    }
+    if ((bits & LS_CUDA_OFF_L2_PREFETCH) && cli_cfg.cuda_l2_prefetch_kib == 0) {
+        fprintf(stderr, "lockstep: --ab-cuda-off 128 compares the L2 prefetch with none: set its budget "
+                        "(LOCKSTEP_CUDA_L2_PREFETCH_KIB)\n");
+        return false;
+    }
+    return true;
+}
+
 /* Why --ab-cuda-off cannot compare on this session, or NULL: on the GPU it needs every step
  * recorded as a graph (the switches are process-wide and read when launches are recorded; MoE
  * routing and tensor-parallel collectives run outside graphs: docs/settings.md). */
-/* Only switches that keep the bytes: LS_CUDA_OFF_KQ changes them and applies when a model opens. */
-static bool ab_bits_ok(unsigned bits) {
-    if (!(bits & LS_CUDA_OFF_KQ)) return true;
-    fprintf(stderr, "lockstep: --ab-cuda-off cannot take 64 (LS_CUDA_OFF_KQ changes the bytes and applies when a "
-                    "model opens: compare two runs, one with LOCKSTEP_CUDA_KQ=0)\n");
-    return false;
-}
-
 static const char *ab_refusal(const ls_model *m, const ls_session_params *sp, ls_session *a) {
     if (strcmp(ls_session_device(a), "cuda") != 0) return NULL;
     ls_model_info mi;

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <condition_variable>
@@ -1008,33 +1009,46 @@ int prefetch_ranges(const CudaBackend *c, const CudaBackend::MmGroup &g, ls_cuda
     return n;
 }
 
-/* The nodes the capture's next launch will depend on (the last launch's), into p; false
- * when there are more than p can hold. */
+/* The nodes the capture's next launch will depend on (the last launch's), into p. False (no
+ * prefetch there, never an error: it is only a hint) when the query fails, when there are
+ * more than p holds, or when an edge to them is not a plain one. */
 bool capture_tail(CudaBackend::PfPlan &p) {
     cudaStreamCaptureStatus st;
     const cudaGraphNode_t *deps = nullptr;
+    const cudaGraphEdgeData *edges = nullptr; /* NULL: every edge the default */
     size_t nd = 0;
 #if CUDART_VERSION >= 13000
-    LSC_CHECK(cudaStreamGetCaptureInfo(g_stream, &st, nullptr, nullptr, &deps, nullptr, &nd));
+    const cudaError_t e = cudaStreamGetCaptureInfo(g_stream, &st, nullptr, nullptr, &deps, &edges, &nd);
+#elif CUDART_VERSION >= 12030
+    const cudaError_t e = cudaStreamGetCaptureInfo_v3(g_stream, &st, nullptr, nullptr, &deps, &edges, &nd);
 #else
-    LSC_CHECK(cudaStreamGetCaptureInfo_v2(g_stream, &st, nullptr, nullptr, &deps, &nd));
+    const cudaError_t e = cudaErrorNotSupported;
 #endif
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
     if (st != cudaStreamCaptureStatusActive || nd > CudaBackend::PfPlan::kMaxDeps) return false;
-    for (size_t i = 0; i < nd; i++) p.deps[i] = deps[i];
+    for (size_t i = 0; i < nd; i++) {
+        if (edges && (edges[i].type != cudaGraphDependencyTypeDefault || edges[i].from_port || edges[i].to_port))
+            return false;
+        p.deps[i] = deps[i];
+    }
     p.nd = nd;
     return true;
 }
 
 /* Runs the recorded launches into the open capture. With an L2 prefetch budget it also notes,
  * for each matmul, the ranges to prefetch and the capture's tail just before it: the end of
- * the matmul before (the step's start for the first). The capture itself is left as it is:
- * add_prefetch_nodes hangs the prefetches on those tails once it has ended. */
+ * the matmul before (the step's start for the first). None for a matmul right after another
+ * (the prefetch would only run beside the matmul it is for). The capture itself is left as it
+ * is: add_prefetch_nodes hangs the prefetches on those tails once it has ended. */
 void capture_ops(CudaBackend *c) {
     c->pf_plans.clear();
     size_t next = 0;
     for (const CudaBackend::PfMark &m : c->pf_marks) {
         CudaBackend::PfPlan p;
-        p.n = prefetch_ranges(c, *m.grp, p.r);
+        p.n = next > 0 && m.at == next ? 0 : prefetch_ranges(c, *m.grp, p.r);
         if (p.n && capture_tail(p)) c->pf_plans.push_back(p);
         c->rec.run_range(next, m.at + 1);
         next = m.at + 1;
@@ -1044,9 +1058,13 @@ void capture_ops(CudaBackend *c) {
 
 /* The prefetch kernels of capture_ops's plans, added to the captured graph g: each depends on
  * the matmul before its own (full edges: it starts when that matmul ends, as the memory bus
- * falls idle for the small ops between the two); nothing depends on it. */
+ * falls idle for the small ops between the two); nothing depends on it, and the graph ends
+ * when it has. One that cannot be added is left out (logged once). */
 void add_prefetch_nodes(CudaBackend *c, cudaGraph_t g) {
-    for (const CudaBackend::PfPlan &p : c->pf_plans) ls_cuda_l2_prefetch_node(g, p.deps, p.nd, p.r, p.n);
+    static std::atomic<bool> logged{false};
+    for (const CudaBackend::PfPlan &p : c->pf_plans)
+        if (!ls_cuda_l2_prefetch_node(g, p.deps, p.nd, p.r, p.n) && !logged.exchange(true))
+            log_error("cuda: an L2 prefetch node could not be added to a step graph; left out");
     c->pf_plans.clear();
 }
 
@@ -1222,6 +1240,10 @@ ls_backend *cu_create(const ls_backend_params *p) {
         ls_cuda_mmq_narrow(off & LS_CUDA_OFF_NARROW ? 0 : 1);
         ls_cuda_mmq_kq(off & LS_CUDA_OFF_KQ ? 0 : 1);
         c->l2pf = c->graphs && !(off & LS_CUDA_OFF_L2_PREFETCH) ? ls_backend_l2_prefetch() : 0;
+        int dev = 0, l2 = 0; /* more than L2 holds would evict its own head before the matmul reads it */
+        if (c->l2pf > 0 && cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0)
+            c->l2pf = std::min<int64_t>(c->l2pf, l2);
     }
 
     QueueLock q;

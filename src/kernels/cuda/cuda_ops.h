@@ -110,11 +110,15 @@ struct ls_cuda_pf_range {
 };
 void ls_cuda_l2_prefetch(cudaStream_t st, const ls_cuda_pf_range *ranges, int n);
 /* The same kernel as a node of graph g that depends on deps[0..ndeps) (nothing added when
- * there is nothing to ask for). */
-void ls_cuda_l2_prefetch_node(cudaGraph_t g, const cudaGraphNode_t *deps, size_t ndeps, const ls_cuda_pf_range *ranges,
+ * there is nothing to ask for). False, with the error cleared, when the graph refused it. */
+bool ls_cuda_l2_prefetch_node(cudaGraph_t g, const cudaGraphNode_t *deps, size_t ndeps, const ls_cuda_pf_range *ranges,
                               int n);
-/* Kernels launched or nodes added so far by the two above (tests). */
-long ls_cuda_l2_prefetch_count(void);
+/* Totals since the process started (tests): kernels launched by ls_cuda_l2_prefetch; nodes
+ * added by ls_cuda_l2_prefetch_node, their dependencies and the ranges they ask for. */
+struct ls_cuda_pf_stats {
+    long launches, nodes, deps, ranges;
+};
+ls_cuda_pf_stats ls_cuda_l2_prefetch_stats(void);
 
 /* ---- backend_cuda.cu: collectives ---- */
 /* Runs fn(stream, ud) under the queue lock on the stream the ops of `be` run on (outside any

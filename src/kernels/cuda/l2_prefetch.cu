@@ -19,7 +19,7 @@
 
 namespace {
 
-std::atomic<long> g_launches{0};
+std::atomic<long> g_launches{0}, g_nodes{0}, g_deps{0}, g_ranges{0}; /* ls_cuda_l2_prefetch_stats */
 
 constexpr uint32_t kChunk = 16 * 1024; /* bytes one bulk prefetch asks for */
 constexpr int kThreads = 32;
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kThreads) l2_prefetch_kernel(Ranges r) {
         while (j >= r.first[k + 1]) k++; /* j only grows: the range index too */
         const uint32_t off = (j - r.first[k]) * kChunk;
         const uint32_t len = r.bytes[k] - off < kChunk ? r.bytes[k] - off : kChunk;
-        const char *a = r.p[k] + off;
+        const size_t a = __cvta_generic_to_global(r.p[k] + off);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(len) : "memory");
 #else
@@ -80,11 +80,11 @@ void ls_cuda_l2_prefetch(cudaStream_t st, const ls_cuda_pf_range *ranges, int n)
     g_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-void ls_cuda_l2_prefetch_node(cudaGraph_t g, const cudaGraphNode_t *deps, size_t ndeps, const ls_cuda_pf_range *ranges,
+bool ls_cuda_l2_prefetch_node(cudaGraph_t g, const cudaGraphNode_t *deps, size_t ndeps, const ls_cuda_pf_range *ranges,
                               int n) {
     Ranges r;
     unsigned blocks;
-    if (!plan(ranges, n, &r, &blocks)) return;
+    if (!plan(ranges, n, &r, &blocks)) return true;
     void *args[] = {&r};
     cudaKernelNodeParams kp = {};
     kp.func = (void *)l2_prefetch_kernel;
@@ -92,10 +92,21 @@ void ls_cuda_l2_prefetch_node(cudaGraph_t g, const cudaGraphNode_t *deps, size_t
     kp.blockDim = dim3(kThreads);
     kp.kernelParams = args;
     cudaGraphNode_t node;
-    LSC_CHECK(cudaGraphAddKernelNode(&node, g, deps, ndeps, &kp));
-    g_launches.fetch_add(1, std::memory_order_relaxed);
+    if (cudaGraphAddKernelNode(&node, g, deps, ndeps, &kp) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    g_nodes.fetch_add(1, std::memory_order_relaxed);
+    g_deps.fetch_add((long)ndeps, std::memory_order_relaxed);
+    g_ranges.fetch_add(r.n, std::memory_order_relaxed);
+    return true;
 }
 
-long ls_cuda_l2_prefetch_count(void) {
-    return g_launches.load(std::memory_order_relaxed);
+ls_cuda_pf_stats ls_cuda_l2_prefetch_stats(void) {
+    ls_cuda_pf_stats s;
+    s.launches = g_launches.load(std::memory_order_relaxed);
+    s.nodes = g_nodes.load(std::memory_order_relaxed);
+    s.deps = g_deps.load(std::memory_order_relaxed);
+    s.ranges = g_ranges.load(std::memory_order_relaxed);
+    return s;
 }
