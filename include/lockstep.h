@@ -408,7 +408,7 @@ enum {
      * ls_model_open). */
     LS_TESTCTL_FAULT_ALLOC = 6,
     /* (char *buf, size_t cap): the effective settings as one line of key=value pairs, e.g.
-     * "isa=avx2 cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off l2_prefetch_kib=0"
+     * "isa=avx2 cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off"
      * (naming the ISA makes the choice: set LS_TESTCTL_ISA before). */
     LS_TESTCTL_DESCRIBE = 7,
     /* (unsigned off): CUDA backend instances created from now on leave off the decode-step
@@ -422,8 +422,7 @@ enum {
      * the narrow-call kernels). LS_CUDA_OFF_KQ is the exception whose bits differ: Q4_K and Q6_K
      * weights take the 16-bit two-plane activations of the other types instead of the K-quant
      * format (docs/cuda.md 2a), for A/B runs of the two; set it before a model is opened.
-     * LS_CUDA_OFF_L2_PREFETCH: no L2 prefetch (LS_TESTCTL_CUDA_L2_PREFETCH; off anyway unless
-     * that sets a budget). 0, the default: all on. */
+     * 0, the default: all on. */
     LS_TESTCTL_CUDA_OFF = 8,
     /* (int on, ls_step_times *out): step timing of the backends that replay recorded steps
      * (CUDA graphs). out (may be NULL) receives the totals gathered since the last call, which
@@ -431,12 +430,6 @@ enum {
      * every replayed step costs two more event records on the GPU queue. A benchmark tool:
      * it splits a decode step's wall time into the host's part and the GPU's. */
     LS_TESTCTL_STEP_TIMES = 9,
-    /* (int kib): CUDA backend instances created from now on pull up to `kib` KiB (at most the
-     * GPU's L2 size) of each matmul's weights (those of at least 2 MiB) into L2 while the ops
-     * before it run, from a side branch of a recorded step's graph (docs/cuda.md 2c; same
-     * bytes either way). 0, the default: off; < 0: LS_ERR_ARG. LS_CUDA_OFF_L2_PREFETCH turns
-     * it off for an instance, so an A/B run compares the two in one process. */
-    LS_TESTCTL_CUDA_L2_PREFETCH = 10,
 };
 /* LS_TESTCTL_STEP_TIMES totals over the replayed steps (steps captured into a new graph are
  * not counted: their host time is the capture's). */
@@ -452,8 +445,7 @@ enum {
     LS_CUDA_OFF_ATTN_SPLIT = 8,
     LS_CUDA_OFF_GEMV = 16,
     LS_CUDA_OFF_NARROW = 32,
-    LS_CUDA_OFF_KQ = 64,
-    LS_CUDA_OFF_L2_PREFETCH = 128
+    LS_CUDA_OFF_KQ = 64
 };
 int ls_test_control(int op, ...);
 

@@ -40,20 +40,9 @@ grep -q " step_host_us=" <<<"$out" && bad "step_host_us on the CPU backend (no r
 grep -q "must be 1..1" "$T_ERR" || bad "-p 1 -k 2: want the verify block refused by the batch size, got: $(cat "$T_ERR")"
 err=$("$CLI" bench --device cpu -m "$M" -d -1 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] && grep -q -- "-d expects" <<<"$err" || bad "-d -1: rc=$rc, $err"
-for v in 0 192 x; do
+for v in 0 64 x; do
   err=$("$CLI" bench --device cpu -m "$M" --ab-cuda-off "$v" 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] && grep -q -- "--ab-cuda-off expects" <<<"$err" || bad "--ab-cuda-off $v: rc=$rc, $err"
 done
-# the K-quant bit changes bytes: refused with its reason (also within a sum)
-for v in 64 65; do
-  err=$("$CLI" bench --device cpu -m "$M" --ab-cuda-off "$v" 2>&1 >/dev/null); rc=$?
-  [ $rc -eq 2 ] && grep -q -- "cannot take 64" <<<"$err" || bad "--ab-cuda-off $v: rc=$rc, $err"
-done
-# the L2 prefetch bit compares nothing without a budget: refused; with one it runs
-err=$(env -u LOCKSTEP_CUDA_L2_PREFETCH_KIB "$CLI" bench --device cpu -m "$M" --ab-cuda-off 129 2>&1 >/dev/null); rc=$?
-[ $rc -eq 2 ] && grep -q -- "set its budget" <<<"$err" || bad "--ab-cuda-off 129 without a budget: rc=$rc, $err"
-out=$(LOCKSTEP_CUDA_L2_PREFETCH_KIB=1024 "$CLI" bench --device cpu -m "$M" -t 1 -p 8 -n 4 -r 1 --ab-cuda-off 128 2>&1) ||
-  bad "--ab-cuda-off 128 with a budget exits $?: $(tail -2 <<<"$out")"
-grep -q " ab_cuda_off=128" <<<"$out" || bad "ab_cuda_off=128 missing in: $out"
 [ $fail -eq 0 ] && echo "PASS: bench -d, --ab-cuda-off"
 exit $fail

@@ -104,9 +104,8 @@ for c in $cmds; do
         for v in "$lo" "$hi"; do
           [ "$name" = --port ] && continue # a fixed port may be taken; --port 0 is in base_args
           extra=""; [ "$name" = --draft-ngram-min ] && extra="--draft-ngram-max 64" # min <= max
-          pf=0; [ "$name" = --ab-cuda-off ] && pf=1024 # bit 128 (in 191) needs an L2 prefetch budget
           # shellcheck disable=SC2046,SC2086
-          LOCKSTEP_CUDA_L2_PREFETCH_KIB=$pf timeout 60 "$CLI" "$c" -m "$NOMODEL" $(base_args "$c") $extra "$sp" "$v" >/dev/null 2>"$T/err" </dev/null; rc=$?
+          timeout 60 "$CLI" "$c" -m "$NOMODEL" $(base_args "$c") $extra "$sp" "$v" >/dev/null 2>"$T/err" </dev/null; rc=$?
           [ $rc -eq 1 ] && grep -q "cannot load model" "$T/err" || bad "$c $sp $v -> rc=$rc: $(head -2 "$T/err")"
         done
         n=$((n + 1)) ;;

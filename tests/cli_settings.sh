@@ -3,7 +3,7 @@
 # ls_test_control (docs/settings.md), and --verbose shows the effect: LOCKSTEP_ISA,
 # LOCKSTEP_CUDA_GRAPHS, LOCKSTEP_PROBE_CACHE / --no-probe-cache, XDG_CACHE_HOME (the probe
 # memo's folder, written by the CLI's choice only), LOCKSTEP_PROBE_TRACE, LOCKSTEP_TEST_FAULT
-# (probe faults and allocation faults, reported, never papered over), LOCKSTEP_CUDA_L2_PREFETCH_KIB.
+# (probe faults and allocation faults, reported, never papered over).
 set -uo pipefail
 CLI=${LOCKSTEP_CLI:?}
 MODEL=${LOCKSTEP_MODEL:?}
@@ -11,7 +11,7 @@ MODEL=${LOCKSTEP_MODEL:?}
 fail=0
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 export XDG_CACHE_HOME="$T/cache"
-unset LOCKSTEP_ISA LOCKSTEP_CUDA_GRAPHS LOCKSTEP_PROBE_CACHE LOCKSTEP_PROBE_TRACE LOCKSTEP_TEST_FAULT LOCKSTEP_CUDA_L2_PREFETCH_KIB
+unset LOCKSTEP_ISA LOCKSTEP_CUDA_GRAPHS LOCKSTEP_PROBE_CACHE LOCKSTEP_PROBE_TRACE LOCKSTEP_TEST_FAULT
 expect() { # expect CODE PATTERN -- command...: exit code and a stderr line matching PATTERN
   local code=$1 pat=$2; shift 3
   local err; err=$("$@" 2>&1 >/dev/null); local rc=$?
@@ -22,7 +22,7 @@ expect() { # expect CODE PATTERN -- command...: exit code and a stderr line matc
 tok=(tokenize -m "$MODEL" -p hi)
 
 # defaults, and each variable / option
-expect 0 "^lockstep settings: device=auto isa=(avx512|avx2|scalar) cuda_graphs=1 probe_trace=0 probe_memo=$T/cache/lockstep/probe fault_probe=off fault_alloc=off l2_prefetch_kib=0$" -- "$CLI" "${tok[@]}" --verbose
+expect 0 "^lockstep settings: device=auto isa=(avx512|avx2|scalar) cuda_graphs=1 probe_trace=0 probe_memo=$T/cache/lockstep/probe fault_probe=off fault_alloc=off$" -- "$CLI" "${tok[@]}" --verbose
 expect 0 "isa=scalar" -- env LOCKSTEP_ISA=scalar "$CLI" "${tok[@]}" --verbose
 expect 0 "isa=scalar" -- "$CLI" --isa scalar "${tok[@]}" --verbose
 expect 2 "--isa must be auto, avx2 or scalar" -- "$CLI" --isa avx512 "${tok[@]}"
@@ -40,11 +40,6 @@ expect 0 "fault_alloc=sampler:2" -- env LOCKSTEP_TEST_FAULT=alloc:sampler:2 "$CL
 expect 2 "LOCKSTEP_TEST_FAULT must be" -- env LOCKSTEP_TEST_FAULT=banana "$CLI" "${tok[@]}"
 expect 2 "unknown stage 'softmax'" -- env LOCKSTEP_TEST_FAULT=3:softmax "$CLI" "${tok[@]}"
 expect 2 "unknown allocation site" -- env LOCKSTEP_TEST_FAULT=alloc:gpu "$CLI" "${tok[@]}"
-# the L2 prefetch budget (KiB; used by CUDA backends only): shown, or refused
-expect 0 " l2_prefetch_kib=16384$" -- env LOCKSTEP_CUDA_L2_PREFETCH_KIB=16384 "$CLI" "${tok[@]}" --verbose
-for v in -1 12x 4194305; do
-  expect 2 "LOCKSTEP_CUDA_L2_PREFETCH_KIB must be 0..4194304" -- env LOCKSTEP_CUDA_L2_PREFETCH_KIB=$v "$CLI" "${tok[@]}"
-done
 # the version line names the ISA the kernels will use
 if ! env LOCKSTEP_ISA=scalar "$CLI" version | grep -q "cpu-scalar"; then echo "FAIL: LOCKSTEP_ISA=scalar version"; fail=1; fi
 

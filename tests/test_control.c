@@ -63,15 +63,9 @@ static void test_entry(void **state) {
     assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_ALLOC, "sampler", -1), LS_ERR_ARG);
     assert_int_equal(ls_test_control(LS_TESTCTL_FAULT_PROBE, 0, "softmax"), LS_ERR_ARG);
     assert_int_equal(ls_test_control(LS_TESTCTL_DESCRIBE, NULL, (size_t)0), LS_ERR_ARG);
-    assert_int_equal(ls_test_control(LS_TESTCTL_CUDA_L2_PREFETCH, -1), LS_ERR_ARG); /* a budget in KiB */
-    assert_int_equal(ls_test_control(LS_TESTCTL_CUDA_L2_PREFETCH, 16384), LS_OK);
-    describe(d, sizeof d);
-    assert_non_null(strstr(d, " l2_prefetch_kib=16384"));
-    assert_int_equal(ls_test_control(LS_TESTCTL_CUDA_L2_PREFETCH, 0), LS_OK);
 
     describe(d, sizeof d); /* the defaults */
-    assert_non_null(
-        strstr(d, "cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off l2_prefetch_kib=0"));
+    assert_non_null(strstr(d, "cuda_graphs=1 probe_trace=0 probe_memo=off fault_probe=off fault_alloc=off"));
 
     assert_int_equal(ls_test_control(LS_TESTCTL_CUDA_GRAPHS, 0), LS_OK);
     assert_int_equal(ls_test_control(LS_TESTCTL_PROBE_TRACE, 1), LS_OK);

@@ -20,13 +20,11 @@ static int describe(char *buf, size_t cap) {
     ls_probe_memo_dir(memo, sizeof memo);
     ls_probe_fault_describe(fault_probe, sizeof fault_probe);
     ls_fault_describe(fault_alloc, sizeof fault_alloc);
-    snprintf(buf, cap,
-             "isa=%s cuda_graphs=%d probe_trace=%d probe_memo=%s fault_probe=%s fault_alloc=%s l2_prefetch_kib=%lld",
+    snprintf(buf, cap, "isa=%s cuda_graphs=%d probe_trace=%d probe_memo=%s fault_probe=%s fault_alloc=%s",
              ls_cpu_isa() == LS_ISA_AVX512 ? "avx512"
              : ls_cpu_isa() == LS_ISA_AVX2 ? "avx2"
                                            : "scalar",
-             ls_backend_graphs() ? 1 : 0, ls_probe_trace() ? 1 : 0, memo[0] ? memo : "off", fault_probe, fault_alloc,
-             (long long)(ls_backend_l2_prefetch() / 1024));
+             ls_backend_graphs() ? 1 : 0, ls_probe_trace() ? 1 : 0, memo[0] ? memo : "off", fault_probe, fault_alloc);
     return LS_OK;
 }
 
@@ -37,14 +35,6 @@ int ls_test_control(int op, ...) {
     switch (op) {
     case LS_TESTCTL_CUDA_GRAPHS: ls_backend_set_graphs(va_arg(ap, int) != 0); break;
     case LS_TESTCTL_CUDA_OFF: ls_backend_set_cuda_off(va_arg(ap, unsigned)); break;
-    case LS_TESTCTL_CUDA_L2_PREFETCH: {
-        const int kib = va_arg(ap, int);
-        if (kib < 0)
-            rc = LS_ERR_ARG;
-        else
-            ls_backend_set_l2_prefetch((int64_t)kib * 1024);
-        break;
-    }
     case LS_TESTCTL_ISA: rc = ls_cpu_isa_set(va_arg(ap, const char *)); break;
     case LS_TESTCTL_PROBE_TRACE: ls_probe_set_trace(va_arg(ap, int) != 0); break;
     case LS_TESTCTL_PROBE_MEMO_DIR: rc = ls_probe_set_memo_dir(va_arg(ap, const char *)); break;

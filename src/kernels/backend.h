@@ -238,11 +238,6 @@ bool ls_backend_graphs(void);
  * CUDA backend instances created from now on leave off; 0 by default. */
 void ls_backend_set_cuda_off(unsigned bits);
 unsigned ls_backend_cuda_off(void);
-/* Bytes of the next matmul's weights that recorded CUDA steps pull into L2 while the ops
- * before it run (ls_test_control LS_TESTCTL_CUDA_L2_PREFETCH, docs/cuda.md 2c); 0 (the
- * default) is off; read when an instance is created. */
-void ls_backend_set_l2_prefetch(int64_t bytes);
-int64_t ls_backend_l2_prefetch(void);
 /* Step timing (ls_test_control LS_TESTCTL_STEP_TIMES): whether backends that replay recorded
  * steps time them; each replayed step adds its host and device nanoseconds; take reads the
  * totals and zeroes them. */

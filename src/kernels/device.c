@@ -1,6 +1,6 @@
 /* Device kinds by name, the default choice (docs/cuda.md 4): CUDA when this build has it
- * and a GPU answers, else the CPU; the graphs switch of the device backends, their A/B
- * switches and their step timing totals. */
+ * and a GPU answers, else the CPU; the graphs switch of the device backends and their step
+ * timing totals. */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -24,17 +24,6 @@ void ls_backend_set_cuda_off(unsigned bits) {
 
 unsigned ls_backend_cuda_off(void) {
     return atomic_load(&g_cuda_off);
-}
-
-/* L2 prefetch budget of recorded steps (bytes, 0 = off): read at instance creation. */
-static atomic_llong g_l2_prefetch = 0;
-
-void ls_backend_set_l2_prefetch(int64_t bytes) {
-    atomic_store(&g_l2_prefetch, bytes > 0 ? bytes : 0);
-}
-
-int64_t ls_backend_l2_prefetch(void) {
-    return atomic_load(&g_l2_prefetch);
 }
 
 /* Step timing: plain counters, added to by whichever thread ends a step. */

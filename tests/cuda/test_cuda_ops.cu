@@ -895,118 +895,6 @@ void test_matmul() {
             if (ranges[i]) K->unmap_const(ranges[i]);
     }
 }
-
-/* ---- L2 prefetch (docs/cuda.md 2c) ---------------------------------------------------- */
-
-/* A weight's three arrays mapped as constants for the scope. */
-struct MappedWeight {
-    const void *r[3];
-    explicit MappedWeight(const MMWeight &mw) : r{mw.w.data, mw.w.scales, mw.w.biases} {
-        const size_t n[3] = {mw.data.size(), mw.scales.size(), mw.biases.size()};
-        char err[256] = "";
-        for (int i = 0; i < 3; i++)
-            if (r[i] && K->map_const(r[i], n[i], err, sizeof err) != 0) die(err);
-    }
-    ~MappedWeight() {
-        for (const void *p : r)
-            if (p) K->unmap_const(p);
-    }
-};
-
-/* The launcher alone: ranges it must trim or skip (unaligned, under 16 bytes, NULL, more
- * than LS_CUDA_PF_MAX_RANGES) and more chunks than its grid has threads (a strided loop). */
-void test_l2_prefetch_launcher() {
-    const size_t big = (size_t)300 << 20;
-    char *buf = nullptr;
-    if (cudaMalloc(&buf, big) != cudaSuccess) die("cudaMalloc");
-    ls_cuda_pf_range r[LS_CUDA_PF_MAX_RANGES + 3];
-    const int n = LS_CUDA_PF_MAX_RANGES + 3;
-    for (int i = 0; i < n; i++) r[i] = {buf + 1000 * i + 3, (size_t)(4096 + 17 * i)};
-    r[1] = {buf + 5, 9};       /* no whole 16-byte unit inside */
-    r[2] = {nullptr, 4096};    /* skipped */
-    r[3] = {buf, big};         /* 19,200 chunks of 16 KiB */
-    r[n - 1] = {buf, big - 1}; /* past the limit: ignored */
-    const long before = ls_cuda_l2_prefetch_stats().launches;
-    ls_cuda_l2_prefetch(0, r, n);
-    ls_cuda_l2_prefetch(0, r + 1, 2); /* nothing to ask for: no launch */
-    const cudaError_t e = cudaDeviceSynchronize();
-    const long launches = ls_cuda_l2_prefetch_stats().launches - before;
-    cudaFree(buf);
-    report("l2 prefetch launcher", e == cudaSuccess && launches == 1, "%s, %ld launch(es) of 1",
-           cudaGetErrorString(e), launches);
-}
-
-/* A matmul (4 MiB of MLX 4-bit codes) then a norm then two matmuls on its output (1.5 MiB
- * each: one grouped launch), recorded as step graphs by a backend with a 2 MiB prefetch budget
- * and by one without: the same bytes every step; and in each graph captured two prefetch
- * nodes, the first at the step's start (no dependency, 3 ranges: part of the first weight's
- * codes, scales and biases), the second hung on the first matmul (one dependency, 6 ranges:
- * all of the group's first weight and part of its second). */
-void test_l2_prefetch() {
-    test_l2_prefetch_launcher();
-    const int64_t D = 4096, H = 2048, F = 1536;
-    Rng r(401);
-    MMWeight w1, w2, w3;
-    if (!make_weight(LS_TYPE_MLX_AFFINE, H, D, r, w1) || !make_weight(LS_TYPE_MLX_AFFINE, F, H, r, w2) ||
-        !make_weight(LS_TYPE_MLX_AFFINE, F, H, r, w3))
-        die("mlx weights");
-    MappedWeight m1(w1), m2(w2), m3(w3);
-    Mapped nw(randv(r, (size_t)H, 1.0f));
-    ls_backend_params p = {1, MAXM, 8192, 4096};
-    ls_backend_set_l2_prefetch(0);
-    ls_backend *bn = K->create(&p);
-    ls_backend_set_l2_prefetch((int64_t)2 << 20); /* ls_test_control(LS_TESTCTL_CUDA_L2_PREFETCH, 2048) */
-    ls_backend *bp = K->create(&p);
-    ls_backend_set_l2_prefetch(0);
-    if (!bn || !bp) die("create");
-    const ls_cuda_pf_stats s0 = ls_cuda_l2_prefetch_stats();
-    bool same = true;
-    int steps = 0;
-    {
-        struct Bufs {
-            DBuf x, y1, y2, y3;
-            explicit Bufs(ls_backend *b)
-                : x(b, (size_t)MAXM * D * 4), y1(b, (size_t)MAXM * H * 4), y2(b, (size_t)MAXM * F * 4),
-                  y3(b, (size_t)MAXM * F * 4) {}
-        } bufs_n(bn), bufs_p(bp);
-        const int plan[] = {1, 4, 1, 4, 1, 2, 2, 1};
-        for (int M : plan) {
-            const std::vector<float> x = randv(r, (size_t)M * D, 1.0f);
-            std::vector<uint8_t> out[2];
-            int side = 0;
-            for (ls_backend *be : {bn, bp}) {
-                Bufs &b = be == bn ? bufs_n : bufs_p;
-                up(be, b.x.p, x.data(), x.size() * 4);
-                be->ops->step_begin(be, M);
-                be->ops->matmul(be, &w1.w, b.x.f(), M, b.y1.f());
-                be->ops->rmsnorm(be, b.y1.f(), nw.v.data(), M, H, 1e-6f);
-                be->ops->matmul(be, &w2.w, b.y1.f(), M, b.y2.f());
-                be->ops->matmul(be, &w3.w, b.y1.f(), M, b.y3.f());
-                be->ops->step_end(be);
-                const size_t ny = (size_t)M * F * 4;
-                out[side].resize(2 * ny);
-                down(be, out[side].data(), b.y2.p, ny);
-                down(be, out[side].data() + ny, b.y3.p, ny);
-                side++;
-            }
-            if (memcmp(out[0].data(), out[1].data(), out[0].size()) != 0) {
-                printf("       step %d (M=%d): the prefetching backend's bytes differ\n", steps, M);
-                same = false;
-            }
-            steps++;
-        }
-    }
-    const ls_cuda_pf_stats s1 = ls_cuda_l2_prefetch_stats();
-    const long nodes = s1.nodes - s0.nodes, deps = s1.deps - s0.deps, ranges = s1.ranges - s0.ranges;
-    bn->ops->free(bn);
-    bp->ops->free(bp);
-    /* three keys: at least three captures (a step captured again adds the same pair) */
-    const bool placed = nodes >= 6 && nodes <= 2 * steps && nodes == 2 * deps && 2 * ranges == 9 * nodes;
-    report("l2 prefetch == none", same && placed,
-           "%d steps, bytes %s; %ld prefetch nodes (want 2 a capture, >= 6), %ld dependencies (1 a capture), %ld "
-           "ranges (9 a capture)",
-           steps, same ? "identical" : "DIFFER", nodes, deps, ranges);
-}
 #endif
 
 /* ---- graphs (c) --------------------------------------------------------------------- */
@@ -1324,7 +1212,6 @@ attention:
     test_host_buffer();
 #if TEST_MATMUL
     test_matmul();
-    test_l2_prefetch();
 #else
     printf("skip   %-34s kernels/cuda/cuda_matmul.h not in this tree\n", "matmul / get_rows");
 #endif

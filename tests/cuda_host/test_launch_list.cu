@@ -2,8 +2,7 @@
  * only (no GPU needed; CTest runs it wherever the CUDA backend is built): closures run in
  * the order they were pushed, each exactly once per run_all; clear() destroys each closure
  * exactly once (they may own shared state), and the list takes a second step's closures after
- * it; a closure larger than a block gets one of its own; captures stay aligned; run_range
- * runs a slice (the capture interleaves its L2 prefetch branches), clipped to the list. */
+ * it; a closure larger than a block gets one of its own; captures stay aligned. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -81,33 +80,12 @@ void test_big_and_aligned(void **) {
     assert_int_equal(big.use_count(), 1);
 }
 
-void test_run_range(void **) {
-    ls::cuda::LaunchList l;
-    std::vector<int> seen;
-    for (int i = 0; i < 10; i++) l.push([&seen, i] { seen.push_back(i); });
-    assert_int_equal((int)l.size(), 10);
-    l.run_range(0, 3); /* slices in order cover the list once */
-    l.run_range(3, 3);
-    l.run_range(3, 7);
-    l.run_range(7, l.size());
-    assert_int_equal((int)seen.size(), 10);
-    for (int i = 0; i < 10; i++) assert_int_equal(seen[(size_t)i], i);
-    l.run_range(8, 50); /* past the end: clipped */
-    l.run_range(50, 60);
-    assert_int_equal((int)seen.size(), 12);
-    assert_int_equal(seen[10], 8);
-    assert_int_equal(seen[11], 9);
-    l.clear();
-    assert_int_equal((int)l.size(), 0);
-}
-
 } // namespace
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_and_lifetime),
         cmocka_unit_test(test_big_and_aligned),
-        cmocka_unit_test(test_run_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,16 +53,6 @@ static bool settings_from_env(void) {
     if (env_off("LOCKSTEP_CUDA_GEMV")) cli_cfg.cuda_off |= LS_CUDA_OFF_GEMV;
     if (env_off("LOCKSTEP_CUDA_NARROW")) cli_cfg.cuda_off |= LS_CUDA_OFF_NARROW;
     if (env_off("LOCKSTEP_CUDA_KQ")) cli_cfg.cuda_off |= LS_CUDA_OFF_KQ;
-    const char *pf = getenv("LOCKSTEP_CUDA_L2_PREFETCH_KIB");
-    if (pf && *pf) {
-        char *end;
-        const long kib = strtol(pf, &end, 10);
-        if (*end || kib < 0 || kib > 4 * 1024 * 1024) {
-            fprintf(stderr, "lockstep: LOCKSTEP_CUDA_L2_PREFETCH_KIB must be 0..4194304 (KiB), got '%s'\n", pf);
-            return false;
-        }
-        cli_cfg.cuda_l2_prefetch_kib = (int)kib;
-    }
     if (env_off("LOCKSTEP_PROBE_CACHE")) cli_cfg.probe_cache = false;
     cli_cfg.probe_trace = env_on("LOCKSTEP_PROBE_TRACE");
     const char *fault = getenv("LOCKSTEP_TEST_FAULT");
@@ -96,7 +86,6 @@ int cli_settings_init(int *argc, char **argv) {
     }
     ls_test_control(LS_TESTCTL_CUDA_GRAPHS, (int)cli_cfg.cuda_graphs);
     ls_test_control(LS_TESTCTL_CUDA_OFF, cli_cfg.cuda_off);
-    ls_test_control(LS_TESTCTL_CUDA_L2_PREFETCH, cli_cfg.cuda_l2_prefetch_kib);
     if (ls_test_control(LS_TESTCTL_PROBE_MEMO_DIR, cli_cfg.probe_cache ? cli_cfg.probe_cache_dir : NULL) != LS_OK) {
         fprintf(stderr, "lockstep: probe cache folder '%s' is too long\n", cli_cfg.probe_cache_dir);
         return -1;

@@ -145,22 +145,6 @@ static int ab_time(ls_session *ab[2], const int32_t *ids, int32_t kv, float *log
     return 0;
 }
 
-/* Only switches that keep the bytes (LS_CUDA_OFF_KQ changes them and applies when a model
- * opens), and only ones that are on (the L2 prefetch is off without a budget). */
-static bool ab_bits_ok(unsigned bits) {
-    if (bits & LS_CUDA_OFF_KQ) {
-        fprintf(stderr, "lockstep: --ab-cuda-off cannot take 64 (LS_CUDA_OFF_KQ changes the bytes and applies when a "
-                        "model opens: compare two runs, one with LOCKSTEP_CUDA_KQ=0)\n");
-        return false;
-    }
-    if ((bits & LS_CUDA_OFF_L2_PREFETCH) && cli_cfg.cuda_l2_prefetch_kib == 0) {
-        fprintf(stderr, "lockstep: --ab-cuda-off 128 compares the L2 prefetch with none: set its budget "
-                        "(LOCKSTEP_CUDA_L2_PREFETCH_KIB)\n");
-        return false;
-    }
-    return true;
-}
-
 /* Why --ab-cuda-off cannot compare on this session, or NULL: on the GPU it needs every step
  * recorded as a graph (the switches are process-wide and read when launches are recorded; MoE
  * routing and tensor-parallel collectives run outside graphs: docs/settings.md). */
@@ -224,7 +208,6 @@ int cmd_bench(int argc, char **argv) {
     o.v[OPT_VERIFY].i = 4;
     int pr = cli_opts_parse(CLI_CMD_BENCH, argc, argv, &o);
     if (pr != CLI_CONTINUE) return pr;
-    if (o.given[OPT_AB_CUDA_OFF] && !ab_bits_ok((unsigned)o.v[OPT_AB_CUDA_OFF].i)) return CLI_USAGE;
     cli_common c = {.model = o.v[OPT_MODEL].s, .n_threads = o.v[OPT_THREADS].i};
     int32_t n_pp = o.v[OPT_N_PROMPT].i, n_tg = o.v[OPT_N_GEN].i, reps = o.v[OPT_REPS].i, kv = o.v[OPT_VERIFY].i;
     const int32_t depth = o.v[OPT_N_DEPTH].i;

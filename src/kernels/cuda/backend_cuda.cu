@@ -43,7 +43,6 @@
 #include <string.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <condition_variable>
@@ -356,23 +355,6 @@ struct CudaBackend {
     };
     std::shared_ptr<MmGroup> grp;
     uint64_t grp_seq;
-    /* L2 prefetch (capture_ops, docs/cuda.md 2c): the budget in bytes (0: off); the matmuls of
-     * the step being recorded, each with the index of its launch in rec; while it is captured,
-     * the prefetches to add to its graph */
-    int64_t l2pf;
-    struct PfMark {
-        size_t at;
-        std::shared_ptr<MmGroup> grp;
-    };
-    std::vector<PfMark> pf_marks;
-    struct PfPlan {
-        static constexpr size_t kMaxDeps = 4;
-        cudaGraphNode_t deps[kMaxDeps];
-        size_t nd;
-        ls_cuda_pf_range r[LS_CUDA_PF_MAX_RANGES];
-        int n;
-    };
-    std::vector<PfPlan> pf_plans;
     /* norm_rope of q then of k (cu_norm_rope): the second joins the first's launch, then the
      * value norm of v (cu_rmsnorm without weight, rows of hd) and the kv_store2 of the k heads
      * and v (cu_kv_store2) that follow, each when nothing came between */
@@ -716,7 +698,6 @@ void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, fl
     grp->d[0] = d;
     grp->y[0] = y;
     grp->n = 1;
-    const bool pf = c->recording && c->l2pf > 0;
     run_op(c, h, [c, grp, x, m, w, ready] {
         int rc;
         if (grp->n == 1) {
@@ -729,7 +710,6 @@ void cu_matmul(ls_backend *be, const ls_weight *w, const float *x, int64_t m, fl
             LSC_FATAL("matmul: weight type %s (%d), %lld x %lld, unsupported by the CUDA matmul",
                       ls_type_name(w->type), (int)w->type, (long long)w->rows, (long long)w->cols);
     });
-    if (pf) c->pf_marks.push_back({c->rec.size() - 1, grp});
     if (one_pass) {
         c->mm_last = {x, m, d.cols, layout, c->op_seq};
         if (c->recording && c->merge) {
@@ -974,98 +954,8 @@ void cu_step_begin(ls_backend *be, int64_t key) {
     if (c->t_on) c->t_begin = std::chrono::steady_clock::now();
     c->recording = true;
     c->rec.clear();
-    c->pf_marks.clear();
     c->sig = mix_v(0xcbf29ce484222325ull, key);
     c->arena_used = 0;
-}
-
-/* ---- L2 prefetch branches (docs/cuda.md 2c) ---- */
-
-constexpr int64_t kPfMinBytes = (int64_t)2 << 20; /* smaller matmuls: not worth a branch */
-
-/* Up to c->l2pf bytes of the group's weights, rows in the order its blocks read them (first
- * weight first; each row's data, scales and biases): the ranges into r, their count
- * returned; 0 when the group is too small to be worth a prefetch. */
-int prefetch_ranges(const CudaBackend *c, const CudaBackend::MmGroup &g, ls_cuda_pf_range *r) {
-    int n = 0;
-    int64_t total = 0;
-    for (int i = 0; i < g.n; i++) total += (int64_t)g.d[i].row_bytes * g.d[i].rows;
-    if (total < kPfMinBytes) return 0;
-    int64_t left = c->l2pf;
-    for (int i = 0; i < g.n && n + 3 <= LS_CUDA_PF_MAX_RANGES; i++) {
-        const ls_weight &w = g.d[i];
-        if (w.in_backend) break; /* made at run time: not a weight the step can read ahead */
-        const int64_t sb = w.type == LS_TYPE_MLX_AFFINE && w.group > 0
-                               ? w.cols / w.group * (w.sb_type == LS_TYPE_F32 ? 4 : 2)
-                               : 0; /* scale (and bias) bytes a row */
-        const int64_t per_row = (int64_t)w.row_bytes + (w.scales ? sb : 0) + (w.biases ? sb : 0);
-        const int64_t rows = per_row > 0 ? std::min<int64_t>(w.rows, left / per_row) : 0;
-        if (rows <= 0) break;
-        r[n++] = {w.data, (size_t)(rows * (int64_t)w.row_bytes)};
-        if (w.scales && sb) r[n++] = {w.scales, (size_t)(rows * sb)};
-        if (w.biases && sb) r[n++] = {w.biases, (size_t)(rows * sb)};
-        left -= rows * per_row;
-    }
-    return n;
-}
-
-/* The nodes the capture's next launch will depend on (the last launch's), into p. False (no
- * prefetch there, never an error: it is only a hint) when the query fails, when there are
- * more than p holds, or when an edge to them is not a plain one. */
-bool capture_tail(CudaBackend::PfPlan &p) {
-    cudaStreamCaptureStatus st;
-    const cudaGraphNode_t *deps = nullptr;
-    const cudaGraphEdgeData *edges = nullptr; /* NULL: every edge the default */
-    size_t nd = 0;
-#if CUDART_VERSION >= 13000
-    const cudaError_t e = cudaStreamGetCaptureInfo(g_stream, &st, nullptr, nullptr, &deps, &edges, &nd);
-#elif CUDART_VERSION >= 12030
-    const cudaError_t e = cudaStreamGetCaptureInfo_v3(g_stream, &st, nullptr, nullptr, &deps, &edges, &nd);
-#else
-    const cudaError_t e = cudaErrorNotSupported;
-#endif
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    if (st != cudaStreamCaptureStatusActive || nd > CudaBackend::PfPlan::kMaxDeps) return false;
-    for (size_t i = 0; i < nd; i++) {
-        if (edges && (edges[i].type != cudaGraphDependencyTypeDefault || edges[i].from_port || edges[i].to_port))
-            return false;
-        p.deps[i] = deps[i];
-    }
-    p.nd = nd;
-    return true;
-}
-
-/* Runs the recorded launches into the open capture. With an L2 prefetch budget it also notes,
- * for each matmul, the ranges to prefetch and the capture's tail just before it: the end of
- * the matmul before (the step's start for the first). None for a matmul right after another
- * (the prefetch would only run beside the matmul it is for). The capture itself is left as it
- * is: add_prefetch_nodes hangs the prefetches on those tails once it has ended. */
-void capture_ops(CudaBackend *c) {
-    c->pf_plans.clear();
-    size_t next = 0;
-    for (const CudaBackend::PfMark &m : c->pf_marks) {
-        CudaBackend::PfPlan p;
-        p.n = next > 0 && m.at == next ? 0 : prefetch_ranges(c, *m.grp, p.r);
-        if (p.n && capture_tail(p)) c->pf_plans.push_back(p);
-        c->rec.run_range(next, m.at + 1);
-        next = m.at + 1;
-    }
-    c->rec.run_range(next, c->rec.size());
-}
-
-/* The prefetch kernels of capture_ops's plans, added to the captured graph g: each depends on
- * the matmul before its own (full edges: it starts when that matmul ends, as the memory bus
- * falls idle for the small ops between the two); nothing depends on it, and the graph ends
- * when it has. One that cannot be added is left out (logged once). */
-void add_prefetch_nodes(CudaBackend *c, cudaGraph_t g) {
-    static std::atomic<bool> logged{false};
-    for (const CudaBackend::PfPlan &p : c->pf_plans)
-        if (!ls_cuda_l2_prefetch_node(g, p.deps, p.nd, p.r, p.n) && !logged.exchange(true))
-            log_error("cuda: an L2 prefetch node could not be added to a step graph; left out");
-    c->pf_plans.clear();
 }
 
 /* The cached executable graph for signature `sig`, or NULL. */
@@ -1107,13 +997,12 @@ void cu_step_end(ls_backend *be) {
         LSC_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
         g_capturing = true;
         g_capture_owner = std::this_thread::get_id();
-        capture_ops(c);
+        c->rec.run_all();
         cudaGraph_t g = nullptr;
         const cudaError_t err = cudaStreamEndCapture(g_stream, &g);
         g_capturing = false;
         g_q_cv.notify_all();
         LSC_CHECK(err);
-        add_prefetch_nodes(c, g);
         e = graph_add(c, c->sig, g);
         LSC_CHECK(cudaGraphDestroy(g));
     }
@@ -1134,7 +1023,6 @@ void cu_step_end(ls_backend *be) {
         c->t_pending = true;
     }
     c->rec.clear();
-    c->pf_marks.clear();
 }
 
 /* ---- lifetime ---- */
@@ -1239,11 +1127,6 @@ ls_backend *cu_create(const ls_backend_params *p) {
         ls_cuda_mmq_gemv_variant(off & LS_CUDA_OFF_GEMV ? 0 : -1);
         ls_cuda_mmq_narrow(off & LS_CUDA_OFF_NARROW ? 0 : 1);
         ls_cuda_mmq_kq(off & LS_CUDA_OFF_KQ ? 0 : 1);
-        c->l2pf = c->graphs && !(off & LS_CUDA_OFF_L2_PREFETCH) ? ls_backend_l2_prefetch() : 0;
-        int dev = 0, l2 = 0; /* more than L2 holds would evict its own head before the matmul reads it */
-        if (c->l2pf > 0 && cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0)
-            c->l2pf = std::min<int64_t>(c->l2pf, l2);
     }
 
     QueueLock q;

@@ -97,29 +97,6 @@ void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]);
 void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes,
                        void *qscratch, int qlayout);
 
-/* ---- l2_prefetch.cu ---- */
-/* Asks the memory system to pull the given device ranges (weights: never written by a
- * kernel) into L2, in order, from a small grid that ends once it has asked (the data
- * arrives behind it; docs/cuda.md 2c). A hint: nothing waits for it and no result depends on it. Each range
- * is trimmed to the whole 16-byte units inside it; at most LS_CUDA_PF_MAX_RANGES (more are
- * ignored), each below 4 GiB. */
-#define LS_CUDA_PF_MAX_RANGES 9
-struct ls_cuda_pf_range {
-    const void *p;
-    size_t bytes;
-};
-void ls_cuda_l2_prefetch(cudaStream_t st, const ls_cuda_pf_range *ranges, int n);
-/* The same kernel as a node of graph g that depends on deps[0..ndeps) (nothing added when
- * there is nothing to ask for). False, with the error cleared, when the graph refused it. */
-bool ls_cuda_l2_prefetch_node(cudaGraph_t g, const cudaGraphNode_t *deps, size_t ndeps, const ls_cuda_pf_range *ranges,
-                              int n);
-/* Totals since the process started (tests): kernels launched by ls_cuda_l2_prefetch; nodes
- * added by ls_cuda_l2_prefetch_node, their dependencies and the ranges they ask for. */
-struct ls_cuda_pf_stats {
-    long launches, nodes, deps, ranges;
-};
-ls_cuda_pf_stats ls_cuda_l2_prefetch_stats(void);
-
 /* ---- backend_cuda.cu: collectives ---- */
 /* Runs fn(stream, ud) under the queue lock on the stream the ops of `be` run on (outside any
  * step): fn enqueues a collective (NCCL) in order with those ops. */

@@ -34,13 +34,10 @@ class LaunchList {
         new (at) C(std::forward<F>(f));
         items_.push_back({&run_one<C>, &destroy_one<C>, at});
     }
-    void run_all() { run_range(0, items_.size()); }
-    /* Runs closures [b, e) (the capture interleaves its L2 prefetches between them). */
-    void run_range(std::size_t b, std::size_t e) {
-        for (std::size_t i = b; i < e && i < items_.size(); i++) items_[i].run(items_[i].obj);
+    void run_all() {
+        for (const Item &it : items_) it.run(it.obj);
     }
     bool empty() const { return items_.empty(); }
-    std::size_t size() const { return items_.size(); }
     /* Destroys the closures (they may own shared state); keeps the blocks. */
     void clear() {
         for (const Item &it : items_) it.destroy(it.obj);
