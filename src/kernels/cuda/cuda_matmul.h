@@ -94,8 +94,7 @@ int ls_cuda_mmq_kq(int on);
 int ls_cuda_mmq_narrow_rows(int rows);
 /* Tests, benchmarks and A/B runs only: which compilation of the dp4a kernel's one-row path
  * serves M = 1 calls (mmq.cu: 0 = the general body, 1 = gemv_kernel, 4 weight rows
- * per warp, 2 = the general body at 5 blocks an SM for MLX 4-bit (else 0), -1 = each type's
- * default; the same bits by construction).
+ * per warp, -1 = each type's default; the same bits by construction).
  * Returns the previous value, -2 for a bad one. Process-wide. */
 int ls_cuda_mmq_gemv_variant(int v);
 /* Benchmarks only: every integer-path weight split over kw k-warps (1, 2, 4; 0 = the

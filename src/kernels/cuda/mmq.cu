@@ -722,18 +722,6 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     }
 }
 
-/* One-row variant 2: the RT = 1 body at 5 blocks an SM instead of 4 (120 -> 96 registers, with
- * spills), for MLX 4-bit only. The 31B's q / k / v / o one-row calls run at 46-60% of their
- * bytes' time with 16 warps an SM waiting on loads (docs/benchmarks.md, nineteenth CUDA run);
- * this asks whether 20 wait better. Same body, so the same bits. */
-template <class T>
-__global__ void __launch_bounds__(32 * WARPS, 5)
-    mmq_kernel_occ5(const Ctx c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, float *__restrict__ y) {
-    Ctx a = c;
-    a.a16 = 1; /* launched for a16 MLX 4-bit weights only (gemv_launch) */
-    mmq_body<T, 1>(a, xq, xm, y, 0, 1, c.kw, blockIdx.y);
-}
-
 /* Up to GMAX weights of one type and width on the same activation rows (q / k / v, gate /
  * up) in one launch: the row blocks of weight 0, then of weight 1, ... A weight's rows get
  * exactly the body (and bits) of their own launch; only the launch count changes. */
@@ -744,17 +732,6 @@ struct Group {
     int64_t nb[GMAX]; /* row blocks of each weight */
     int n;
 };
-/* mmq_kernel_occ5 for a group (one-row variant 2). */
-template <class T>
-__global__ void __launch_bounds__(32 * WARPS, 5)
-    mmq_group_kernel_occ5(const Group g, const int8_t *__restrict__ xq, const Meta *__restrict__ xm) {
-    int64_t yb = blockIdx.y;
-    Ctx c;
-    float *y;
-    ls::mmq::group_pick(g, yb, c, y);
-    c.a16 = 1; /* launched for a16 MLX 4-bit weights only (gemv_group_launch) */
-    mmq_body<T, 1>(c, xq, xm, y, 0, 1, c.kw, yb);
-}
 template <class T, int RT>
 __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     mmq_group_kernel(const Group g, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, int64_t M) {
@@ -803,8 +780,8 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, c
         gemv_body<T, W, KW>(c, xq, xm, y, yb);
     }
 }
-constexpr int GEMV_VARIANTS = 3;
-/* -1: the measured choice (gemv_default); 0, 1, 2: that variant for every call */
+constexpr int GEMV_VARIANTS = 2;
+/* -1: the measured choice (gemv_default); 0, 1: that variant for every call */
 std::atomic<int> g_gemv{-1};
 /* Which one-row kernel streams a weight faster, by type and k-warps (H200, test_cuda_matmul
  * --bench, docs/benchmarks.md session 9): the warp-per-rows kernel for MLX 8-bit (35.5 vs
@@ -816,13 +793,8 @@ std::atomic<int> g_gemv{-1};
  * 34.4, MLX 4-bit 28.5 / 28.2 vs 24.6 / 22.9 (mmq_body), so the choices stand; Q8_0 rows of
  * one k-warp measured 3-4% faster in this kernel (37.5 vs 39.1) but stay on mmq_body: the
  * default model's Q8_0 rows, whose speed is set by launches, were not re-measured. */
-/* LS_MLX4_GEMV: MLX 4-bit's one-row variant at compile time (A/B builds of variant 2). */
-#ifndef LS_MLX4_GEMV
-#define LS_MLX4_GEMV 0
-#endif
 int gemv_default(int key, int kw) {
     switch (key) {
-    case 104: return LS_MLX4_GEMV;
     case 108: return 1;
     case LS_TYPE_Q8_0: return kw == 4 ? 1 : 0;
     case LS_TYPE_Q4_K: return kw == 1 ? 1 : 0;
@@ -867,12 +839,6 @@ void gemv_launch_w(cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, c
 }
 template <class T>
 void gemv_launch(int v, cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, const Meta *xm, float *y) {
-    if constexpr (std::is_same<T, QMlx4>::value) {
-        if (v == 2 && c.a16) {
-            ls::pdl::launch(mmq_kernel_occ5<T>, grid, 32 * WARPS, 0, st, c, xq, xm, y);
-            return;
-        }
-    }
     switch (v) {
     case 1: gemv_launch_w<T, 4>(st, grid, c, xq, xm, y); break;
     default: ls::pdl::launch(mmq_kernel<T, 1>, grid, 32 * WARPS, 0, st, c, xq, xm, y, (int64_t)1); break;
@@ -896,14 +862,6 @@ void gemv_group_launch_w(cudaStream_t st, dim3 grid, const Group &g, const int8_
 }
 template <class T>
 void gemv_group_launch(int v, cudaStream_t st, dim3 grid, const Group &g, const int8_t *xq, const Meta *xm) {
-    if constexpr (std::is_same<T, QMlx4>::value) {
-        bool a16 = v == 2;
-        for (int i = 0; i < g.n; i++) a16 = a16 && g.c[i].a16;
-        if (a16) {
-            ls::pdl::launch(mmq_group_kernel_occ5<T>, grid, 32 * WARPS, 0, st, g, xq, xm);
-            return;
-        }
-    }
     switch (v) {
     case 1: gemv_group_launch_w<T, 4>(st, grid, g, xq, xm); break;
     default: ls::pdl::launch(mmq_group_kernel<T, 1>, grid, 32 * WARPS, 0, st, g, xq, xm, (int64_t)1); break;
@@ -940,15 +898,8 @@ bool kq_key(int key) {
 /* ls_cuda_mmq_kw_override: 0 = kw_of (the shape decides), else that k-warp count for every
  * weight. Benchmarks only: kw sets the reduction order, so it changes the bits. */
 std::atomic<int> g_kw{0};
-int kw_pick(int key, int nch, int64_t N) {
+int kw_pick(int key, int nch) {
     const int k = g_kw.load(std::memory_order_relaxed);
-#ifdef LS_KW2_MAX_N
-    /* A/B builds only (different bits): MLX 4-bit weights of few rows (a 31B layer's q / k / v
-     * and o) split over two k-warps, so that their one-row calls fill more of the GPU */
-    if (!k && key == 104 && N <= LS_KW2_MAX_N) return 2;
-#else
-    (void)N;
-#endif
     return k ? k : kw_of(key, nch);
 }
 
@@ -960,7 +911,7 @@ template <class T>
 int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y, void *scratch, size_t scratch_bytes,
            bool act_ready) {
     c.nch = (int)(c.K / (QB * T::XB));
-    c.kw = kw_pick(key, c.nch, c.N);
+    c.kw = kw_pick(key, c.nch);
     const int64_t bn = WR * (WARPS / c.kw); /* weight rows per block */
     const int64_t nb = (c.N + bn - 1) / bn;
     const size_t per_row = rows_bytes(1, c.K);
@@ -1034,7 +985,7 @@ int launch_group(cudaStream_t st, int key, Group g, const float *x, int64_t M, v
     for (int i = 0; i < g.n; i++) {
         Ctx &c = g.c[i];
         c.nch = (int)(c.K / (QB * T::XB));
-        c.kw = kw_pick(key, c.nch, c.N);
+        c.kw = kw_pick(key, c.nch);
         const int64_t bn = WR * (WARPS / c.kw);
         g.nb[i] = (c.N + bn - 1) / bn;
         nb += g.nb[i];
@@ -1121,7 +1072,7 @@ static int prepared(const ls_weight *w, Ctx &c) {
     const int key = ls_cuda_mmq_key(w);
     if (key < 0 || ls::q::mm_prepare(w, c) < 0) return -1;
     c.nch = (int)(c.K / (QB * (key == LS_TYPE_Q4_K ? 2 : 1)));
-    c.kw = kw_pick(key, c.nch, c.N);
+    c.kw = kw_pick(key, c.nch);
     return key;
 }
 
