@@ -601,18 +601,20 @@ bool test_group(const char *label, ls_type t, int bits) {
         /* M = 1: the group under every one-row variant against the default's separate calls */
         for (int v = M == 1 ? 0 : -1; v < (M == 1 ? 2 : 0) && ok; v++)
         for (int ready = 0; ready < 2 && ok; ready++) {
-            const int prev = v >= 0 ? ls_cuda_mmq_gemv_variant(v) : -1;
+            /* prev may be -1 (each type's default): restore it whenever a variant was set */
+            const bool set = v >= 0;
+            const int prev = set ? ls_cuda_mmq_gemv_variant(v) : -1;
             /* ready: the scratch holds x from a separate call on the first weight just before */
             if (ready && ls_cuda_mmq_ex(0, &W[0].w, dx, M, ys[0], scratch(), scratch_bytes(), 0) != 0) ok = false;
             if (!ls_cuda_mmq_groupable(ws[0], ws[1], M, scratch_bytes()) ||
                 ls_cuda_mmq_group(0, 3, ws, dx, M, yg, scratch(), scratch_bytes(), ready) != 0) {
                 printf("  %s M=%lld: grouped launch refused\n", label, (long long)M);
-                if (prev >= 0) ls_cuda_mmq_gemv_variant(prev);
+                if (set) ls_cuda_mmq_gemv_variant(prev);
                 ok = false;
                 break;
             }
             CK(cudaGetLastError());
-            if (prev >= 0) ls_cuda_mmq_gemv_variant(prev);
+            if (set) ls_cuda_mmq_gemv_variant(prev);
             for (int i = 0; i < 3 && ok; i++)
                 ok = same(down(yg[i], (size_t)M * Ns[i]), down(ys[i], (size_t)M * Ns[i]),
                           ready ? "grouped (ready)" : "grouped");
@@ -876,6 +878,18 @@ void bench() {
 
 } // namespace
 
+/* 1 (and a message) when a test left a process-wide dispatch switch off its default (a leak
+ * that would run every later test under it, hiding the default paths); the switches are reset
+ * either way */
+int switches_left(const char *after) {
+    const int v = ls_cuda_mmq_gemv_variant(-1), p = ls_cuda_mmq_policy(0), kw = ls_cuda_mmq_kw_override(0);
+    const int nr = ls_cuda_mmq_narrow_rows(0), na = ls_cuda_mmq_narrow(1), kq = ls_cuda_mmq_kq(1);
+    if (v == -1 && p == 0 && kw == 0 && nr == 0 && na == 1 && kq == 1) return 0;
+    printf("FAIL switches left after %s: one-row variant %d, policy %d, kw %d, narrow rows %d, narrow %d, kq %d\n",
+           after, v, p, kw, nr, na, kq);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     bool do_bench = false, quick = false;
     for (int i = 1; i < argc; i++) {
@@ -960,13 +974,13 @@ int main(int argc, char **argv) {
     /* MLX 8-bit with four k-warps (2056 chunks) and a partial last round: gemv_body's tail, KW = 4 */
     cases.push_back({"mlx", LS_TYPE_MLX_AFFINE, 8, 64, LS_TYPE_BF16, 13, 65792, 0, false});
     int fails = 0;
-    for (const Case &c : cases) fails += !test_case(c, quick);
+    for (const Case &c : cases) fails += !test_case(c, quick) + switches_left(c.name);
     /* MLX scale and bias arrays off 16- and 4-byte alignment, at different offsets (the narrow
      * kernels' staged scales: 4-byte pieces from the boundary below each span) */
     const Case sb_off[] = {{"mlxs", LS_TYPE_MLX_AFFINE, 4, 64, LS_TYPE_BF16, 37, 5376, 0, false},
                            {"mlxs", LS_TYPE_MLX_AFFINE, 8, 128, LS_TYPE_F16, 45, 640, 0, false}};
     g_sb_off[0] = 2, g_sb_off[1] = 4;
-    for (const Case &c : sb_off) fails += !test_case(c, quick);
+    for (const Case &c : sb_off) fails += !test_case(c, quick) + switches_left(c.name);
     /* f32 scales 4 and 12 bytes off: 4-byte pieces with no offset below the span */
     g_sb_off[0] = 4, g_sb_off[1] = 12;
     fails += !test_case({"mlxs", LS_TYPE_MLX_AFFINE, 8, 32, LS_TYPE_F32, 29, 1344, 0, false}, quick);
@@ -975,6 +989,7 @@ int main(int argc, char **argv) {
     fails += !test_group("q8_0", LS_TYPE_Q8_0, 0) + !test_group("q4_k", LS_TYPE_Q4_K, 0);
     fails += !test_group("q6_k", LS_TYPE_Q6_K, 0) + !test_group("mlx4", LS_TYPE_MLX_AFFINE, 4);
     fails += !test_group("mlx8", LS_TYPE_MLX_AFFINE, 8);
+    fails += switches_left("the grouped launches");
     for (int64_t K : {640, 2304, 8192}) { /* the register-resident add_rmsnorm's two sizes, and the general one */
         fails += !test_fused_quant("q5_0", LS_TYPE_Q5_0, 0, K);
         fails += !test_fused_quant("mlx4", LS_TYPE_MLX_AFFINE, 4, K);
@@ -983,6 +998,7 @@ int main(int argc, char **argv) {
             fails += !test_fused_quant("q6_k", LS_TYPE_Q6_K, 0, K);
         }
     }
+    fails += switches_left("the fused quantization");
     /* unsupported shapes answer -1 and launch nothing */
     {
         ls_weight w;
