@@ -881,7 +881,7 @@ void bench() {
 /* 1 (and a message) when a test left a process-wide dispatch switch off its default (a leak
  * that would run every later test under it, hiding the default paths); the switches are reset
  * either way */
-int switches_left(const char *after) {
+static int switches_left(const char *after) {
     const int v = ls_cuda_mmq_gemv_variant(-1), p = ls_cuda_mmq_policy(0), kw = ls_cuda_mmq_kw_override(0);
     const int nr = ls_cuda_mmq_narrow_rows(0), na = ls_cuda_mmq_narrow(1), kq = ls_cuda_mmq_kq(1);
     if (v == -1 && p == 0 && kw == 0 && nr == 0 && na == 1 && kq == 1) return 0;
