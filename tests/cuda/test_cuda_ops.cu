@@ -949,6 +949,11 @@ void chain_step(Chain &c, int M, int which, const float *w_host, bool capture, i
     if (M > 1) o->copy(be, c.o.f() + Chain::D, c.o.f(), (size_t)(M - 1) * Chain::D * 4); /* overlapping */
     o->copy_rows(be, c.z.f(), Chain::D, c.o.f(), Chain::D, Chain::D, M);
     o->fill(be, c.tmp.f(), 1.5f, 7);
+    /* a residual step after 16 recorded launches: with graphs, the step's first segment is
+     * submitted before it (docs/cuda.md 2b), the rest at step_end */
+    o->scale(be, c.z.f(), 1.25f, n);
+    o->add_rmsnorm(be, c.acc.f(), c.g.f(), w_host, 0.75f, c.z.f(), w_host, M, Chain::D, 1e-6f);
+    o->softcap(be, c.z.f(), 20.0f, n);
     if (capture) o->step_end(be);
 }
 
@@ -967,6 +972,9 @@ void test_graphs() {
     ls_backend_step_times_take(&tn, &th, &td); /* from zero */
     ls_backend_set_step_timing(true);          /* ls_test_control(LS_TESTCTL_STEP_TIMES, 1, ..) */
     size_t nkeys = 0;
+#if TEST_ATTN_SWITCHES
+    const int64_t seg0 = ls_cuda_step_segments();
+#endif
     {
         Chain cd(bd), cg(bg);
         /* same initial caches and accumulators */
@@ -1043,8 +1051,13 @@ void test_graphs() {
     }
     bd->ops->free(bd);
     bg->ops->free(bg);
-    report("graph replay == direct", ok, "%d steps of a 17-op chain, %zu keys (updates, evictions, reshapes)", steps,
+    report("graph replay == direct", ok, "%d steps of a 20-op chain, %zu keys (updates, evictions, reshapes)", steps,
            nkeys);
+#if TEST_ATTN_SWITCHES
+    /* every recorded step of bg was submitted in two segments (bd records nothing) */
+    const int64_t segs = ls_cuda_step_segments() - seg0;
+    report("step segments", segs == steps, "%lld of %d recorded steps submitted in two segments", (long long)segs, steps);
+#endif
     /* step timing: the replayed steps of bg alone (bd launches directly; a step captured into a
      * new graph is not counted), each with host and GPU time */
     ls_backend_set_step_timing(false);

@@ -27,7 +27,11 @@
  * recorded launches into a new graph first. The graph holds exactly the kernels the ops
  * would have launched, with the same arguments and the same parameter values, so replay
  * gives the same bits as direct launches (test-cuda.sh compares them over 700 chained
- * steps). With graphs off (ls_backend_graphs, read when an instance is created; the CLI's
+ * steps). A step is submitted in two segments (docs/cuda.md 2b): once kSegmentOps launches
+ * are recorded, the next add_rmsnorm (where no recorded launch can still be merged with a
+ * later op) first submits the ones before it as a graph of their own, so the GPU runs the
+ * first layers while the host records the rest (a 31B decode step's ops take ~100 us of
+ * host time, during which the GPU idled). With graphs off (ls_backend_graphs, read when an instance is created; the CLI's
  * --no-cuda-graphs or LOCKSTEP_CUDA_GRAPHS=0) ops are launched directly.
  * Between step_begin and step_end no alloc, release, upload, download, sync, map or unmap
  * may happen (each aborts if tried).
@@ -43,6 +47,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <condition_variable>
@@ -301,8 +306,13 @@ void cu_unmap_const(const void *host) {
 
 /* ---- backend instances ---------------------------------------------------------------- */
 
+std::atomic<int64_t> g_segmented_steps{0}; /* ls_cuda_step_segments */
+
 constexpr size_t kStagingBytes = (size_t)8 << 20; /* overlapping copies, in pieces of this */
 constexpr int kGraphCache = 16;
+/* Launches recorded before a step's first segment may be submitted (see the top): enough GPU
+ * work (a layer and a half of a Gemma model) to cover the host's recording of the rest. */
+constexpr size_t kSegmentOps = 16;
 constexpr int64_t QB_MIN = 32; /* scratch for at least one 32-element block */
 
 struct GraphEntry {
@@ -381,6 +391,7 @@ struct CudaBackend {
         float theta, fs;
     } nrope;
     bool merge;   /* the launch merging above; LS_CUDA_OFF_MERGE turns it off (A/B runs) */
+    bool segment; /* steps submitted in two segments; LS_CUDA_OFF_SEGMENT turns it off (A/B runs) */
     bool graphs;  /* ls_backend_graphs() at creation */
     bool in_step; /* between step_begin and step_end */
     int64_t step_key;
@@ -391,6 +402,11 @@ struct CudaBackend {
     /* parameter arena: host (pinned) and device copies, bytes used */
     uint8_t *h_arena, *d_arena;
     size_t arena_used;
+    /* segments of the step being recorded: submitted so far, the arena offset where the open
+     * one's parameters start, and whether every submitted one replayed a graph (timing) */
+    int seg_n;
+    size_t seg_arena;
+    bool seg_replays;
     GraphEntry cache[kGraphCache];
     int n_cache;
     uint64_t tick;
@@ -409,6 +425,7 @@ CudaBackend *impl_of(ls_backend *be) {
 }
 
 void step_times_harvest(CudaBackend *c); /* step graphs, below */
+void maybe_submit_segment(CudaBackend *c);
 
 void no_step(CudaBackend *c, const char *what) {
     if (c->in_step) LSC_FATAL("%s between step_begin and step_end (not allowed: backend.h)", what);
@@ -855,6 +872,7 @@ void cu_add_rmsnorm(ls_backend *be, float *x, float *t, const float *w_post, flo
     uint64_t h = mix_v(mix_v(mix_v(mix_v(mix_v(0x61726d73ull, x), t), dpost), s), xn); /* "arms" */
     h = mix_v(mix_v(mix_v(mix_v(h, dpre), m), n), eps);
     CudaBackend *c = impl_of(be);
+    maybe_submit_segment(c);
     std::shared_ptr<int> q(new int(-1)); /* set by a matmul of xn recorded next (cu_matmul) */
     run_op(c, h, [=] {
         if (*q >= 0)
@@ -956,6 +974,9 @@ void cu_step_begin(ls_backend *be, int64_t key) {
     c->rec.clear();
     c->sig = mix_v(0xcbf29ce484222325ull, key);
     c->arena_used = 0;
+    c->seg_n = 0;
+    c->seg_arena = 0;
+    c->seg_replays = true;
 }
 
 /* The cached executable graph for signature `sig`, or NULL. */
@@ -981,19 +1002,17 @@ GraphEntry *graph_add(CudaBackend *c, uint64_t sig, cudaGraph_t g) {
     return e;
 }
 
-void cu_step_end(ls_backend *be) {
-    CudaBackend *c = impl_of(be);
-    if (!c->in_step) LSC_FATAL("step_end without step_begin");
-    c->in_step = false;
-    c->op_seq++;
-    if (!c->graphs) return;
-    c->recording = false;
-    if (c->rec.empty()) return;
+/* Submits the launches recorded since the open segment began as one graph: the cached one
+ * for signature `sig`, or a new one captured from them; their parameters go up first. `last`:
+ * the step's final segment. */
+void submit_segment(CudaBackend *c, uint64_t sig, bool last) {
     QueueLock q;
-    GraphEntry *e = graph_find(c, c->sig);
-    const bool replay = e != nullptr;
+    GraphEntry *e = graph_find(c, sig);
+    c->seg_replays = c->seg_replays && e != nullptr;
     if (!e) {
         if (g_capturing) LSC_FATAL("step_end: a capture is already open");
+        /* legal while the step's earlier segment still runs on the stream: the capture only
+         * records, and the graph launches after that segment in stream order */
         LSC_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
         g_capturing = true;
         g_capture_owner = std::this_thread::get_id();
@@ -1003,26 +1022,56 @@ void cu_step_end(ls_backend *be) {
         g_capturing = false;
         g_q_cv.notify_all();
         LSC_CHECK(err);
-        e = graph_add(c, c->sig, g);
+        e = graph_add(c, sig, g);
         LSC_CHECK(cudaGraphDestroy(g));
     }
     e->last_used = ++c->tick;
-    /* host time: up to the step's submission; GPU time: from there (t0 completes at once, the
-     * queue is idle since step_begin) to the graph's last kernel. The two add up to the step. */
-    const bool timed = replay && c->t_on;
-    if (timed) {
+    /* host time: up to the step's first submission; GPU time: from there (t0 completes at
+     * once, the queue is idle since step_begin) to the last segment's last kernel. The two
+     * add up to the step. Steps with a newly captured segment are not timed. */
+    if (c->seg_n == 0 && c->t_on) {
         c->t_host_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                                             c->t_begin).count();
         LSC_CHECK(cudaEventRecord(c->t0, g_stream));
     }
-    if (c->arena_used)
-        LSC_CHECK(cudaMemcpyAsync(c->d_arena, c->h_arena, c->arena_used, cudaMemcpyHostToDevice, g_stream));
+    if (c->arena_used > c->seg_arena)
+        LSC_CHECK(cudaMemcpyAsync(c->d_arena + c->seg_arena, c->h_arena + c->seg_arena, c->arena_used - c->seg_arena,
+                                  cudaMemcpyHostToDevice, g_stream));
     LSC_CHECK(cudaGraphLaunch(e->exec, g_stream));
-    if (timed) {
+    c->seg_n++;
+    c->seg_arena = c->arena_used;
+    if (last && c->t_on && c->seg_replays) {
         LSC_CHECK(cudaEventRecord(c->t1, g_stream));
         c->t_pending = true;
     }
     c->rec.clear();
+}
+
+/* The first segment of a recorded step, submitted at the entry of an op before which no
+ * recorded launch can still change (cu_add_rmsnorm: the matmuls and producers before it have
+ * met their consumers) once enough launches are recorded. */
+void maybe_submit_segment(CudaBackend *c) {
+    if (!c->recording || !c->segment || c->seg_n > 0 || c->rec.size() < kSegmentOps) return;
+    g_segmented_steps.fetch_add(1, std::memory_order_relaxed);
+    submit_segment(c, mix_v(c->sig, 0x7365676dull) /* "segm": a segment's key, never a step's */, false);
+}
+
+void cu_step_end(ls_backend *be) {
+    CudaBackend *c = impl_of(be);
+    if (!c->in_step) LSC_FATAL("step_end without step_begin");
+    c->in_step = false;
+    c->op_seq++;
+    if (!c->graphs) return;
+    c->recording = false;
+    if (c->rec.empty()) {
+        if (c->seg_n > 0 && c->t_on && c->seg_replays) { /* (never: a segment ends before an op) */
+            QueueLock q;
+            LSC_CHECK(cudaEventRecord(c->t1, g_stream));
+            c->t_pending = true;
+        }
+        return;
+    }
+    submit_segment(c, c->sig, true);
 }
 
 /* ---- lifetime ---- */
@@ -1122,6 +1171,7 @@ ls_backend *cu_create(const ls_backend_params *p) {
     {
         const unsigned off = ls_backend_cuda_off();
         c->merge = !(off & LS_CUDA_OFF_MERGE);
+        c->segment = !(off & LS_CUDA_OFF_SEGMENT);
         ls_cuda_pdl_on = !(off & LS_CUDA_OFF_PDL);
         ls_cuda_attention_set_switches(!(off & LS_CUDA_OFF_ATTN_FINISH), !(off & LS_CUDA_OFF_ATTN_SPLIT));
         ls_cuda_mmq_gemv_variant(off & LS_CUDA_OFF_GEMV ? 0 : -1);
@@ -1156,6 +1206,10 @@ ls_backend *cu_create(const ls_backend_params *p) {
 }
 
 } // namespace
+
+int64_t ls_cuda_step_segments(void) {
+    return g_segmented_steps.load(std::memory_order_relaxed);
+}
 
 /* Collectives (kernels/collective.h, collective_nccl.cu) enqueue on the process queue like
  * an op, so they are ordered with the ops before and after them; never inside a step. */

@@ -97,6 +97,11 @@ void ls_cuda_attention_extent(const ls_attn_args *a, int32_t out[4]);
 void ls_cuda_attention(cudaStream_t st, const ls_attn_args *a, const int32_t *dyn, float *scratch, size_t scratch_bytes,
                        void *qscratch, int qlayout);
 
+/* ---- backend_cuda.cu: step segments ---- */
+/* How many recorded steps were submitted in two segments since the process started (docs/cuda.md
+ * 2b): lets tests check that the steps they compare were really split. */
+int64_t ls_cuda_step_segments(void);
+
 /* ---- backend_cuda.cu: collectives ---- */
 /* Runs fn(stream, ud) under the queue lock on the stream the ops of `be` run on (outside any
  * step): fn enqueues a collective (NCCL) in order with those ops. */

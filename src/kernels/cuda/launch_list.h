@@ -38,6 +38,7 @@ class LaunchList {
         for (const Item &it : items_) it.run(it.obj);
     }
     bool empty() const { return items_.empty(); }
+    std::size_t size() const { return items_.size(); }
     /* Destroys the closures (they may own shared state); keeps the blocks. */
     void clear() {
         for (const Item &it : items_) it.destroy(it.obj);
