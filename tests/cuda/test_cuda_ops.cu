@@ -987,7 +987,7 @@ void test_graphs() {
             up(c->be, c->vc.p, cache0.data(), cache0.size() * 2);
         }
         /* repeated keys (graph update), more than 16 keys (eviction), alternating buffers */
-        /* (M, key): repeated keys (graph update in place), more than 16 keys (eviction),
+        /* (M, key): repeated keys (graph update in place), more than 16 keys (eviction: two graphs a key),
          * one key whose graph changes shape with M (update fails: re-instantiated) */
         const int plan[][2] = {{1, 1},   {4, 4},   {1, 1},   {4, 4},   {8, 8},   {1, 1},   {17, 17}, {4, 4},
                                {2, 2},   {3, 3},   {5, 5},   {6, 6},   {7, 7},   {9, 9},   {10, 10}, {11, 11},

@@ -21,7 +21,7 @@
  * step is otherwise the same (the KV cache slot a step writes, the cache extent attention
  * reads) are not kernel arguments: ops write them into this instance's parameter arena
  * (pinned host memory mirrored in device memory) and the kernels read them from there.
- * step_end() looks the signature up among the instance's executable graphs (LRU of 16):
+ * step_end() looks the signature up among the instance's executable graphs (LRU of 32):
  * found, it uploads the arena and launches that graph as it is (no capture, no update: the
  * host cost of a decode step is the op calls themselves); not found, it captures the
  * recorded launches into a new graph first. The graph holds exactly the kernels the ops
@@ -309,7 +309,7 @@ void cu_unmap_const(const void *host) {
 std::atomic<int64_t> g_segmented_steps{0}; /* ls_cuda_step_segments */
 
 constexpr size_t kStagingBytes = (size_t)8 << 20; /* overlapping copies, in pieces of this */
-constexpr int kGraphCache = 16;
+constexpr int kGraphCache = 32; /* 16 step shapes of two segments */
 /* Launches recorded before a step's first segment may be submitted (see the top): enough GPU
  * work (a layer and a half of a Gemma model) to cover the host's recording of the rest. */
 constexpr size_t kSegmentOps = 16;
