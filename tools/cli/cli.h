@@ -28,11 +28,11 @@ const char *cli_default_model_path(void);
 /* Process-wide settings (cli_settings.c, docs/settings.md): options every subcommand takes,
  * and the documented environment variables they override. */
 typedef struct {
-    const char *device; /* --device cpu|cuda|auto; NULL = auto */
-    const char *isa;    /* --isa auto|avx2|scalar, LOCKSTEP_ISA */
-    bool cuda_graphs;   /* off: --no-cuda-graphs, LOCKSTEP_CUDA_GRAPHS=0 */
-    unsigned cuda_off;  /* LS_CUDA_OFF_* bits: LOCKSTEP_CUDA_MERGE / _PDL / _ATTN_FINISH / _ATTN_SPLIT / _GEMV / _NARROW / _SEGMENT / _KQ=0 */
-    bool probe_cache;   /* off: --no-probe-cache, LOCKSTEP_PROBE_CACHE=0 */
+    const char *device;         /* --device cpu|cuda|auto; NULL = auto */
+    const char *isa;            /* --isa auto|avx2|scalar, LOCKSTEP_ISA */
+    bool cuda_graphs;           /* off: --no-cuda-graphs, LOCKSTEP_CUDA_GRAPHS=0 */
+    unsigned cuda_off;          /* LS_CUDA_OFF_* bits: LOCKSTEP_CUDA_MERGE / _PDL / .. / _SEGMENT / _KQ=0 */
+    bool probe_cache;           /* off: --no-probe-cache, LOCKSTEP_PROBE_CACHE=0 */
     char probe_cache_dir[1024]; /* $XDG_CACHE_HOME/lockstep/probe or ~/.cache/lockstep/probe */
     bool probe_trace;           /* run/probe --trace, LOCKSTEP_PROBE_TRACE */
     bool verbose;               /* --verbose: print the effective settings */

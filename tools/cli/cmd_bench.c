@@ -199,6 +199,13 @@ static int step_split(ls_session *s, const int32_t *toks, int32_t kv, int n, flo
     return 0;
 }
 
+/* --ab-cuda-off compares settings that give the same bytes: the K-quant bit changes them (lockstep.h). */
+static bool ab_bits_ok(const cli_opts *o) {
+    if (!o->given[OPT_AB_CUDA_OFF] || !(o->v[OPT_AB_CUDA_OFF].i & LS_CUDA_OFF_KQ)) return true;
+    fprintf(stderr, "lockstep: --ab-cuda-off expects BITS without 64 (LS_CUDA_OFF_KQ changes the bytes)\n");
+    return false;
+}
+
 int cmd_bench(int argc, char **argv) {
     cli_opts o;
     memset(&o, 0, sizeof o);
@@ -208,11 +215,7 @@ int cmd_bench(int argc, char **argv) {
     o.v[OPT_VERIFY].i = 4;
     int pr = cli_opts_parse(CLI_CMD_BENCH, argc, argv, &o);
     if (pr != CLI_CONTINUE) return pr;
-    if (o.given[OPT_AB_CUDA_OFF] && (o.v[OPT_AB_CUDA_OFF].i & LS_CUDA_OFF_KQ)) {
-        /* the K-quant bit changes the bytes (lockstep.h): not a same-bits A/B */
-        fprintf(stderr, "lockstep: --ab-cuda-off expects BITS without 64 (LS_CUDA_OFF_KQ changes the bytes)\n");
-        return CLI_USAGE;
-    }
+    if (!ab_bits_ok(&o)) return CLI_USAGE;
     cli_common c = {.model = o.v[OPT_MODEL].s, .n_threads = o.v[OPT_THREADS].i};
     int32_t n_pp = o.v[OPT_N_PROMPT].i, n_tg = o.v[OPT_N_GEN].i, reps = o.v[OPT_REPS].i, kv = o.v[OPT_VERIFY].i;
     const int32_t depth = o.v[OPT_N_DEPTH].i;
