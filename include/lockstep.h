@@ -420,7 +420,8 @@ enum {
      * matmuls take the general dp4a body instead of the streaming one-row kernel),
      * LS_CUDA_OFF_NARROW (MLX matmuls of 2..4 rows take the small-M / dp4a kernels instead of
      * the narrow-call kernels), LS_CUDA_OFF_SEGMENT (a recorded step submitted as one graph at
-     * its end instead of two segments, the first while the host records the rest). LS_CUDA_OFF_KQ
+     * its end instead of two segments, the first while the host records the rest),
+     * LS_CUDA_OFF_ROW1_WARP (one-row MLX matmuls in blocks of 4 warps instead of 1). LS_CUDA_OFF_KQ
      * is the exception whose bits differ: Q4_K and Q6_K
      * weights take the 16-bit two-plane activations of the other types instead of the K-quant
      * format (docs/cuda.md 2a), for A/B runs of the two; set it before a model is opened.
@@ -448,7 +449,8 @@ enum {
     LS_CUDA_OFF_GEMV = 16,
     LS_CUDA_OFF_NARROW = 32,
     LS_CUDA_OFF_KQ = 64,
-    LS_CUDA_OFF_SEGMENT = 128
+    LS_CUDA_OFF_SEGMENT = 128,
+    LS_CUDA_OFF_ROW1_WARP = 256
 };
 int ls_test_control(int op, ...);
 

@@ -433,12 +433,13 @@ bool test_case(const Case &c, bool quick) {
         ls_cuda_mmq_policy(0);
         /* the one-row path's compilations (mmq.cu gemv_kernel variants), alone and
          * grouped below: the same bits as the default one */
-        for (int v = 0; v < 2 && ok; v++) {
-            const int prev = ls_cuda_mmq_gemv_variant(v);
+        for (int v = 0; v < 4 && ok; v++) { /* v & 1: the variant; v & 2: blocks of 4 warps */
+            const int prev = ls_cuda_mmq_gemv_variant(v & 1), prevw = ls_cuda_mmq_row1_warps(v & 2 ? 4 : 1);
             std::vector<float> y;
             if (!run_mm(W, dx, 1, dy, y, "gemv")) ok = false;
-            else cmp_rows(y, 1, 0, "one-row variant");
+            else cmp_rows(y, 1, 0, v & 2 ? "one-row variant, blocks of 4 warps" : "one-row variant");
             ls_cuda_mmq_gemv_variant(prev);
+            ls_cuda_mmq_row1_warps(prevw);
         }
     }
     if (ok) { /* other tile slots: rows 3.. as a call of 33; unaligned activations: rows 1..5 */
@@ -598,23 +599,25 @@ bool test_group(const char *label, ls_type t, int bits) {
             if (ls_cuda_mmq_ex(0, &W[i].w, dx, M, ys[i], scratch(), scratch_bytes(), 0) != 0) ok = false;
         }
         const ls_weight *ws[3] = {&W[0].w, &W[1].w, &W[2].w};
-        /* M = 1: the group under every one-row variant against the default's separate calls */
-        for (int v = M == 1 ? 0 : -1; v < (M == 1 ? 2 : 0) && ok; v++)
+        /* M = 1: the group under every one-row variant (v & 1) in blocks of one or (v & 2) four
+         * warps against the default's separate calls */
+        for (int v = M == 1 ? 0 : -1; v < (M == 1 ? 4 : 0) && ok; v++)
         for (int ready = 0; ready < 2 && ok; ready++) {
             /* prev may be -1 (each type's default): restore it whenever a variant was set */
             const bool set = v >= 0;
-            const int prev = set ? ls_cuda_mmq_gemv_variant(v) : -1;
+            const int prev = set ? ls_cuda_mmq_gemv_variant(v & 1) : -1;
+            const int prevw = set ? ls_cuda_mmq_row1_warps(v & 2 ? 4 : 1) : 1;
             /* ready: the scratch holds x from a separate call on the first weight just before */
             if (ready && ls_cuda_mmq_ex(0, &W[0].w, dx, M, ys[0], scratch(), scratch_bytes(), 0) != 0) ok = false;
             if (!ls_cuda_mmq_groupable(ws[0], ws[1], M, scratch_bytes()) ||
                 ls_cuda_mmq_group(0, 3, ws, dx, M, yg, scratch(), scratch_bytes(), ready) != 0) {
                 printf("  %s M=%lld: grouped launch refused\n", label, (long long)M);
-                if (set) ls_cuda_mmq_gemv_variant(prev);
+                if (set) ls_cuda_mmq_gemv_variant(prev), ls_cuda_mmq_row1_warps(prevw);
                 ok = false;
                 break;
             }
             CK(cudaGetLastError());
-            if (set) ls_cuda_mmq_gemv_variant(prev);
+            if (set) ls_cuda_mmq_gemv_variant(prev), ls_cuda_mmq_row1_warps(prevw);
             for (int i = 0; i < 3 && ok; i++)
                 ok = same(down(yg[i], (size_t)M * Ns[i]), down(ys[i], (size_t)M * Ns[i]),
                           ready ? "grouped (ready)" : "grouped");
@@ -756,6 +759,23 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
             if (*pp == '3' && M > 8) continue;
             const int iters = M >= 64 ? 6 : 60;
             const char *gv = getenv("LS_BENCH_GEMV"); /* M = 1 under each one-row variant, e.g. "01" */
+            const char *w1 = getenv("LS_BENCH_ROW1W"); /* M = 1 in blocks of 1 and 4 warps: "14" */
+            if (M == 1 && w1 && *pp != '3') {
+                for (const char *g = w1; *g; g++) {
+                    const int prev = ls_cuda_mmq_row1_warps(*g - '0');
+                    for (int i = 0; i < NC; i++) ls_cuda_matmul(0, &ws[i], dx, 1, dy, scratch(), scratch_bytes());
+                    CK(cudaEventRecord(e0));
+                    for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, 1, dy, scratch(), scratch_bytes());
+                    CK(cudaEventRecord(e1));
+                    CK(cudaEventSynchronize(e1));
+                    float ms;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    const double s = ms / 1e3 / iters;
+                    printf("  w%c %6.1f us %5.0f GB/s", *g, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
+                    ls_cuda_mmq_row1_warps(prev);
+                }
+                continue;
+            }
             if (M == 1 && gv && *pp != '3') {
                 for (const char *g = gv; *g; g++) {
                     const int prev = ls_cuda_mmq_gemv_variant(*g - '0');
@@ -884,9 +904,11 @@ void bench() {
 static int switches_left(const char *after) {
     const int v = ls_cuda_mmq_gemv_variant(-1), p = ls_cuda_mmq_policy(0), kw = ls_cuda_mmq_kw_override(0);
     const int nr = ls_cuda_mmq_narrow_rows(0), na = ls_cuda_mmq_narrow(1), kq = ls_cuda_mmq_kq(1);
-    if (v == -1 && p == 0 && kw == 0 && nr == 0 && na == 1 && kq == 1) return 0;
-    printf("FAIL switches left after %s: one-row variant %d, policy %d, kw %d, narrow rows %d, narrow %d, kq %d\n",
-           after, v, p, kw, nr, na, kq);
+    const int w1 = ls_cuda_mmq_row1_warps(1);
+    if (v == -1 && p == 0 && kw == 0 && nr == 0 && na == 1 && kq == 1 && w1 == 1) return 0;
+    printf("FAIL switches left after %s: one-row variant %d, policy %d, kw %d, narrow rows %d, narrow %d, kq %d, "
+           "one-row warps %d\n",
+           after, v, p, kw, nr, na, kq, w1);
     return 1;
 }
 

@@ -54,6 +54,7 @@ static bool settings_from_env(void) {
     if (env_off("LOCKSTEP_CUDA_NARROW")) cli_cfg.cuda_off |= LS_CUDA_OFF_NARROW;
     if (env_off("LOCKSTEP_CUDA_KQ")) cli_cfg.cuda_off |= LS_CUDA_OFF_KQ;
     if (env_off("LOCKSTEP_CUDA_SEGMENT")) cli_cfg.cuda_off |= LS_CUDA_OFF_SEGMENT;
+    if (env_off("LOCKSTEP_CUDA_ROW1_WARP")) cli_cfg.cuda_off |= LS_CUDA_OFF_ROW1_WARP;
     if (env_off("LOCKSTEP_PROBE_CACHE")) cli_cfg.probe_cache = false;
     cli_cfg.probe_trace = env_on("LOCKSTEP_PROBE_TRACE");
     const char *fault = getenv("LOCKSTEP_TEST_FAULT");

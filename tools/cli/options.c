@@ -93,7 +93,7 @@ const cli_opt cli_opt_table[] = {
      "rows of the timed verify block (default 4)"},
     {OPT_N_DEPTH, "--n-depth", {"-d"}, OPT_T_INT, "N", 0, 65536, BEN, false,
      "tokens in the context before the timed prefill, decode and verify blocks, as llama-bench's -d (default 0)"},
-    {OPT_AB_CUDA_OFF, "--ab-cuda-off", {0}, OPT_T_INT, "BITS", 1, 191, BEN, false,
+    {OPT_AB_CUDA_OFF, "--ab-cuda-off", {0}, OPT_T_INT, "BITS", 1, 447, BEN, false,
      "also time a second session whose CUDA backend leaves off these LS_CUDA_OFF_* bits, its steps and "
      "verify blocks alternated with the first's on the same weights (ab_* fields; docs/settings.md)"},
     {OPT_HOST, "--host", {0}, OPT_T_STR, "ADDR", 0, 0, SRV, false, "address to listen on (default 127.0.0.1)"},

@@ -1177,6 +1177,7 @@ ls_backend *cu_create(const ls_backend_params *p) {
         ls_cuda_mmq_gemv_variant(off & LS_CUDA_OFF_GEMV ? 0 : -1);
         ls_cuda_mmq_narrow(off & LS_CUDA_OFF_NARROW ? 0 : 1);
         ls_cuda_mmq_kq(off & LS_CUDA_OFF_KQ ? 0 : 1);
+        ls_cuda_mmq_row1_warps(off & LS_CUDA_OFF_ROW1_WARP ? 4 : 1);
     }
 
     QueueLock q;

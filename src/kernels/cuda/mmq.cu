@@ -469,13 +469,13 @@ __device__ __forceinline__ void row_ptrs(const Ctx &c, int64_t n0, const uint8_t
  * shape alone (kw_of): very long rows (Q6_K: from 128 chunks) are split over more warps.
  * k-warp kw takes lane chunks kw * 32 + lane + 32 KW j; the 32 KW partials are added in
  * order by one thread per output (mmq_common.cuh). */
-template <class T, int RT>
+template <class T, int RT, int NW = WARPS>
 __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
                                          float *__restrict__ y, int64_t m0, int nr, int KW, int64_t yb) {
-    __shared__ float red[WARPS][WR][RT][33];
+    __shared__ float red[NW][WR][RT][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kw = warp % KW, rw = warp / KW;
-    const int64_t nbase = yb * (WR * (WARPS / KW)) + rw * WR;
+    const int64_t nbase = yb * (WR * (NW / KW)) + rw * WR;
     const int64_t nbk = c.K / QB; /* activation blocks per row */
     const int nch = c.nch, step = 32 * KW, c0 = kw * 32 + lane;
     const uint8_t *rowp[WR], *scp[WR], *bip[WR];
@@ -527,7 +527,7 @@ __device__ __forceinline__ void mmq_body(const Ctx &c, const int8_t *__restrict_
         for (int i = 0; i < WR; i++) red[warp][i][r][lane] = acc[i][r];
     }
     __syncthreads();
-    const int t = threadIdx.x, rows = (WARPS / KW) * WR;
+    const int t = threadIdx.x, rows = (NW / KW) * WR;
     const int nu = nch < 32 * KW ? nch : 32 * KW;
     if (t < rows * nr) {
         const int r = t / rows, q = t % rows, w0 = (q / WR) * KW, i = q % WR;
@@ -577,13 +577,13 @@ __device__ __forceinline__ void gemv_tail_load(typename T::Raw &r, const Ctx &c,
  * no block barrier, warps finish independently. The same bits as mmq_body (the tests
  * compare them), fewer instructions per byte. The first chunk is requested before the PDL
  * wait: weights are never written by a step (pdl.cuh). */
-template <class T, int W, int KW, bool SPLIT = false>
+template <class T, int W, int KW, bool SPLIT = false, int NW = WARPS>
 __device__ __forceinline__ void gemv_body(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
                                           float *__restrict__ y, int64_t yb) {
     constexpr int U = 32 * KW, L = KW < 2 ? 2 : KW; /* L: unroll, a multiple of KW and of 2 buffers */
-    __shared__ __align__(16) float red[WARPS][W][U];
+    __shared__ __align__(16) float red[NW][W][U];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t n0 = (yb * WARPS + warp) * W;
+    const int64_t n0 = (yb * NW + warp) * W;
     const int nch = c.nch;
     const uint8_t *rowp[W], *scp[W], *bip[W];
     row_ptrs<W>(c, n0, rowp, scp, bip);
@@ -753,21 +753,21 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
 /* The one-row kernels (gemv_body): variant 1 = 4 rows per warp, 0 = mmq_body's RT = 1
  * compilation (ls_cuda_mmq_gemv_variant A/B-tests them; both give the same bits), KW the
  * weight's k-warps (kw_of) as a compile-time count. */
-template <class T, int W, int KW, bool SPLIT = false>
-__global__ void __launch_bounds__(32 * WARPS) gemv_kernel(const Ctx c, const int8_t *__restrict__ xq,
-                                                          const Meta *__restrict__ xm, float *__restrict__ y) {
+template <class T, int W, int KW, bool SPLIT = false, int NW = WARPS>
+__global__ void __launch_bounds__(32 * NW) gemv_kernel(const Ctx c, const int8_t *__restrict__ xq,
+                                                       const Meta *__restrict__ xm, float *__restrict__ y) {
     /* a16 is uniform (const_a16); SPLIT kernels are launched for a16 weights only */
     if (const_a16<T> && c.a16) {
         Ctx a = c;
         a.a16 = 1;
-        gemv_body<T, W, KW, SPLIT>(a, xq, xm, y, blockIdx.y);
+        gemv_body<T, W, KW, SPLIT, NW>(a, xq, xm, y, blockIdx.y);
     } else {
-        gemv_body<T, W, KW>(c, xq, xm, y, blockIdx.y);
+        gemv_body<T, W, KW, false, NW>(c, xq, xm, y, blockIdx.y);
     }
 }
-template <class T, int W, int KW, bool SPLIT = false>
-__global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, const int8_t *__restrict__ xq,
-                                                                const Meta *__restrict__ xm) {
+template <class T, int W, int KW, bool SPLIT = false, int NW = WARPS>
+__global__ void __launch_bounds__(32 * NW) gemv_group_kernel(const Group g, const int8_t *__restrict__ xq,
+                                                             const Meta *__restrict__ xm) {
     int64_t yb = blockIdx.y;
     Ctx c;
     float *y;
@@ -775,9 +775,37 @@ __global__ void __launch_bounds__(32 * WARPS) gemv_group_kernel(const Group g, c
     if (const_a16<T> && c.a16) { /* const_a16 */
         Ctx a = c;
         a.a16 = 1;
-        gemv_body<T, W, KW, SPLIT>(a, xq, xm, y, yb);
+        gemv_body<T, W, KW, SPLIT, NW>(a, xq, xm, y, yb);
     } else {
-        gemv_body<T, W, KW>(c, xq, xm, y, yb);
+        gemv_body<T, W, KW, false, NW>(c, xq, xm, y, yb);
+    }
+}
+/* mmq_body's one-row compilation (variant 0) in blocks of NW warps of one k-warp each (rows of
+ * one k-warp only): the register limit of mmq_kernel<T, 1> (3 blocks of 4 warps an SM) */
+template <class T, int NW>
+__global__ void __launch_bounds__(32 * NW, MinBlocks<1>::v * WARPS / NW)
+    mmq_row1_kernel(const Ctx c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, float *__restrict__ y) {
+    if (const_a16<T> && c.a16) { /* const_a16 */
+        Ctx a = c;
+        a.a16 = 1;
+        mmq_body<T, 1, NW>(a, xq, xm, y, 0, 1, 1, blockIdx.y);
+    } else {
+        mmq_body<T, 1, NW>(c, xq, xm, y, 0, 1, 1, blockIdx.y);
+    }
+}
+template <class T, int NW>
+__global__ void __launch_bounds__(32 * NW, MinBlocks<1>::v * WARPS / NW)
+    mmq_row1_group_kernel(const Group g, const int8_t *__restrict__ xq, const Meta *__restrict__ xm) {
+    int64_t yb = blockIdx.y;
+    Ctx c;
+    float *y;
+    ls::mmq::group_pick(g, yb, c, y);
+    if (const_a16<T> && c.a16) { /* const_a16 */
+        Ctx a = c;
+        a.a16 = 1;
+        mmq_body<T, 1, NW>(a, xq, xm, y, 0, 1, 1, yb);
+    } else {
+        mmq_body<T, 1, NW>(c, xq, xm, y, 0, 1, 1, yb);
     }
 }
 constexpr int GEMV_VARIANTS = 2;
@@ -806,9 +834,22 @@ int gemv_pick(int key, int kw) {
     return v >= 0 ? v : gemv_default(key, kw);
 }
 
-/* weight rows per block of the one-row path under variant v (kw k-warps) */
-int64_t gemv_rows(int v, int kw) {
-    return v == 1 ? 4 * WARPS : (int64_t)WR * (WARPS / kw);
+/* weight rows per block of the one-row path under variant v (kw k-warps), blocks of nw warps */
+int64_t gemv_rows(int v, int kw, int nw) {
+    return v == 1 ? 4 * nw : (int64_t)WR * (nw / kw);
+}
+
+/* ls_cuda_mmq_row1_warps: warps per block of the one-row MLX kernels whose rows take one k-warp
+ * (1, the default, or WARPS). A block's warps never share a row, so the count decides only how
+ * many rows a block holds: one-warp blocks let the block scheduler spread a grid that is about
+ * one wave (o, down: 1344 warps over 132 SMs) as 10-11 warps an SM instead of 2 or 3 blocks
+ * of 4 (8 or 12 warps). The same bits by construction (test_cuda_matmul compares both). */
+std::atomic<int> g_row1_nw{1};
+/* The warps per block for a one-row call of n_blocks4 four-warp blocks: one where allowed and
+ * the grid of one-warp blocks fits the launch limit. */
+int row1_nw(int key, int kw, int64_t n_blocks4) {
+    const bool mlx = key == 104 || key == 108;
+    return g_row1_nw.load(std::memory_order_relaxed) == 1 && mlx && kw == 1 && n_blocks4 * WARPS <= 65535 ? 1 : WARPS;
 }
 
 /* The coalesced MLX 8-bit rounds (Split8) for weight c: 16-byte-aligned rows of one k-warp
@@ -837,8 +878,29 @@ void gemv_launch_w(cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, c
     default: ls::pdl::launch(gemv_kernel<T, W, 4>, grid, 32 * WARPS, 0, st, c, xq, xm, y); break;
     }
 }
+/* The one-warp blocks of row1_nw (MLX types, rows of one k-warp): variant v's kernel */
 template <class T>
-void gemv_launch(int v, cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, const Meta *xm, float *y) {
+void gemv_launch_1w(int v, cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, const Meta *xm, float *y) {
+    if constexpr (const_a16<T>) {
+        if (v != 1) {
+            ls::pdl::launch(mmq_row1_kernel<T, 1>, grid, 32, 0, st, c, xq, xm, y);
+            return;
+        }
+        if constexpr (std::is_same<T, QMlx8>::value) {
+            if (use_split(c, 4)) {
+                ls::pdl::launch(gemv_kernel<T, 4, 1, true, 1>, grid, 32, 0, st, c, xq, xm, y);
+                return;
+            }
+        }
+        ls::pdl::launch(gemv_kernel<T, 4, 1, false, 1>, grid, 32, 0, st, c, xq, xm, y);
+    }
+}
+template <class T>
+void gemv_launch(int v, int nw, cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, const Meta *xm, float *y) {
+    if (nw == 1) {
+        gemv_launch_1w<T>(v, st, grid, c, xq, xm, y);
+        return;
+    }
     switch (v) {
     case 1: gemv_launch_w<T, 4>(st, grid, c, xq, xm, y); break;
     default: ls::pdl::launch(mmq_kernel<T, 1>, grid, 32 * WARPS, 0, st, c, xq, xm, y, (int64_t)1); break;
@@ -861,7 +923,29 @@ void gemv_group_launch_w(cudaStream_t st, dim3 grid, const Group &g, const int8_
     }
 }
 template <class T>
-void gemv_group_launch(int v, cudaStream_t st, dim3 grid, const Group &g, const int8_t *xq, const Meta *xm) {
+void gemv_group_launch_1w(int v, cudaStream_t st, dim3 grid, const Group &g, const int8_t *xq, const Meta *xm) {
+    if constexpr (const_a16<T>) {
+        if (v != 1) {
+            ls::pdl::launch(mmq_row1_group_kernel<T, 1>, grid, 32, 0, st, g, xq, xm);
+            return;
+        }
+        if constexpr (std::is_same<T, QMlx8>::value) {
+            bool split = true;
+            for (int i = 0; i < g.n; i++) split = split && use_split(g.c[i], 4);
+            if (split) {
+                ls::pdl::launch(gemv_group_kernel<T, 4, 1, true, 1>, grid, 32, 0, st, g, xq, xm);
+                return;
+            }
+        }
+        ls::pdl::launch(gemv_group_kernel<T, 4, 1, false, 1>, grid, 32, 0, st, g, xq, xm);
+    }
+}
+template <class T>
+void gemv_group_launch(int v, int nw, cudaStream_t st, dim3 grid, const Group &g, const int8_t *xq, const Meta *xm) {
+    if (nw == 1) {
+        gemv_group_launch_1w<T>(v, st, grid, g, xq, xm);
+        return;
+    }
     switch (v) {
     case 1: gemv_group_launch_w<T, 4>(st, grid, g, xq, xm); break;
     default: ls::pdl::launch(mmq_group_kernel<T, 1>, grid, 32 * WARPS, 0, st, g, xq, xm, (int64_t)1); break;
@@ -960,9 +1044,10 @@ int launch(cudaStream_t st, int key, Ctx c, const float *x, int64_t M, float *y,
         float *yr = y + r0 * c.N;
         if (mr == 1) {
             const int v = gemv_pick(key, c.kw);
-            const int64_t gb = (c.N + gemv_rows(v, c.kw) - 1) / gemv_rows(v, c.kw);
+            const int nw = row1_nw(key, c.kw, (c.N + gemv_rows(v, c.kw, WARPS) - 1) / gemv_rows(v, c.kw, WARPS));
+            const int64_t gb = (c.N + gemv_rows(v, c.kw, nw) - 1) / gemv_rows(v, c.kw, nw);
             if (gb > 65535) return -1;
-            gemv_launch<T>(v, st, dim3(1, (unsigned)gb), c, xq, xm, yr);
+            gemv_launch<T>(v, nw, st, dim3(1, (unsigned)gb), c, xq, xm, yr);
             continue;
         }
         const int rt = mr == 2 ? 2 : mr <= 4 ? 4 : R;
@@ -1013,13 +1098,16 @@ int launch_group(cudaStream_t st, int key, Group g, const float *x, int64_t M, v
     }
     if (M == 1) {
         const int v = gemv_pick(key, g.c[0].kw);
+        int64_t gb4 = 0; /* a group shares K, so kw */
+        for (int i = 0; i < g.n; i++) gb4 += (g.c[i].N + gemv_rows(v, g.c[i].kw, WARPS) - 1) / gemv_rows(v, g.c[i].kw, WARPS);
+        const int nw = row1_nw(key, g.c[0].kw, gb4);
         int64_t gb = 0;
         for (int i = 0; i < g.n; i++) {
-            g.nb[i] = (g.c[i].N + gemv_rows(v, g.c[i].kw) - 1) / gemv_rows(v, g.c[i].kw);
+            g.nb[i] = (g.c[i].N + gemv_rows(v, g.c[i].kw, nw) - 1) / gemv_rows(v, g.c[i].kw, nw);
             gb += g.nb[i];
         }
         if (gb > 65535) return -1;
-        gemv_group_launch<T>(v, st, dim3(1, (unsigned)gb), g, xq, xm);
+        gemv_group_launch<T>(v, nw, st, dim3(1, (unsigned)gb), g, xq, xm);
         return 0;
     }
     const int rt = M == 2 ? 2 : M <= 4 ? 4 : R;
@@ -1090,6 +1178,11 @@ extern "C" int ls_cuda_mmq_kw_override(int kw) {
 extern "C" int ls_cuda_mmq_gemv_variant(int v) {
     if (v < -1 || v >= GEMV_VARIANTS) return -2;
     return g_gemv.exchange(v);
+}
+
+extern "C" int ls_cuda_mmq_row1_warps(int nw) {
+    if (nw != 1 && nw != WARPS) return -1;
+    return g_row1_nw.exchange(nw);
 }
 
 extern "C" size_t ls_cuda_mmq_scratch_bytes(int64_t rows, int64_t cols) {
