@@ -421,7 +421,7 @@ enum {
      * LS_CUDA_OFF_NARROW (MLX matmuls of 2..4 rows take the small-M / dp4a kernels instead of
      * the narrow-call kernels), LS_CUDA_OFF_SEGMENT (a recorded step submitted as one graph at
      * its end instead of two segments, the first while the host records the rest),
-     * LS_CUDA_OFF_ROW1_WARP (one-row MLX matmuls in blocks of 4 warps instead of 1). LS_CUDA_OFF_KQ
+     * LS_CUDA_OFF_ROW1_WARP (one-row MLX 8-bit matmuls in blocks of 4 warps instead of 1). LS_CUDA_OFF_KQ
      * is the exception whose bits differ: Q4_K and Q6_K
      * weights take the 16-bit two-plane activations of the other types instead of the K-quant
      * format (docs/cuda.md 2a), for A/B runs of the two; set it before a model is opened.

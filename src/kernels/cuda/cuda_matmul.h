@@ -97,7 +97,7 @@ int ls_cuda_mmq_narrow_rows(int rows);
  * per warp, -1 = each type's default; the same bits by construction).
  * Returns the previous value, -2 for a bad one. Process-wide. */
 int ls_cuda_mmq_gemv_variant(int v);
-/* Tests and A/B runs: warps per block (1, the default, or 4) of the one-row MLX kernels whose rows
+/* Tests and A/B runs: warps per block (1, the default, or 4) of the one-row MLX 8-bit kernels whose rows
  * take one k-warp (mmq.cu row1_nw); the same bits by construction. Returns the previous value,
  * -1 for a bad one. Process-wide. */
 int ls_cuda_mmq_row1_warps(int nw);

@@ -839,17 +839,20 @@ int64_t gemv_rows(int v, int kw, int nw) {
     return v == 1 ? 4 * nw : (int64_t)WR * (nw / kw);
 }
 
-/* ls_cuda_mmq_row1_warps: warps per block of the one-row MLX kernels whose rows take one k-warp
- * (1, the default, or WARPS). A block's warps never share a row, so the count decides only how
- * many rows a block holds: one-warp blocks let the block scheduler spread a grid that is about
- * one wave (o, down: 1344 warps over 132 SMs) as 10-11 warps an SM instead of 2 or 3 blocks
- * of 4 (8 or 12 warps). The same bits by construction (test_cuda_matmul compares both). */
+/* ls_cuda_mmq_row1_warps: warps per block of the one-row MLX 8-bit kernels whose rows take one
+ * k-warp (1, the default, or WARPS). A block's warps never share a row, so the count decides
+ * only how many rows a block holds, and the block scheduler places single warps where blocks of
+ * four left gaps. Measured (H200, session 35, docs/benchmarks.md thirtieth run): MLX 8-bit
+ * 21504 x 5376 36.1 -> 35.3 us, 5376 x 21504 32.8 -> 32.7; MLX 4-bit 0.5-5% slower in one-warp
+ * blocks (16384 x 5376 18.2 -> 19.1 us), so it keeps blocks of four. The same bits by
+ * construction (test_cuda_matmul compares both). */
 std::atomic<int> g_row1_nw{1};
 /* The warps per block for a one-row call of n_blocks4 four-warp blocks: one where allowed and
  * the grid of one-warp blocks fits the launch limit. */
 int row1_nw(int key, int kw, int64_t n_blocks4) {
-    const bool mlx = key == 104 || key == 108;
-    return g_row1_nw.load(std::memory_order_relaxed) == 1 && mlx && kw == 1 && n_blocks4 * WARPS <= 65535 ? 1 : WARPS;
+    return g_row1_nw.load(std::memory_order_relaxed) == 1 && key == 108 && kw == 1 && n_blocks4 * WARPS <= 65535
+               ? 1
+               : WARPS;
 }
 
 /* The coalesced MLX 8-bit rounds (Split8) for weight c: 16-byte-aligned rows of one k-warp
@@ -878,21 +881,18 @@ void gemv_launch_w(cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, c
     default: ls::pdl::launch(gemv_kernel<T, W, 4>, grid, 32 * WARPS, 0, st, c, xq, xm, y); break;
     }
 }
-/* The one-warp blocks of row1_nw (MLX types, rows of one k-warp): variant v's kernel */
+/* The one-warp blocks of row1_nw (MLX 8-bit, rows of one k-warp): variant v's kernel */
 template <class T>
 void gemv_launch_1w(int v, cudaStream_t st, dim3 grid, const Ctx &c, const int8_t *xq, const Meta *xm, float *y) {
-    if constexpr (const_a16<T>) {
+    if constexpr (std::is_same<T, QMlx8>::value) {
         if (v != 1) {
             ls::pdl::launch(mmq_row1_kernel<T, 1>, grid, 32, 0, st, c, xq, xm, y);
             return;
         }
-        if constexpr (std::is_same<T, QMlx8>::value) {
-            if (use_split(c, 4)) {
-                ls::pdl::launch(gemv_kernel<T, 4, 1, true, 1>, grid, 32, 0, st, c, xq, xm, y);
-                return;
-            }
-        }
-        ls::pdl::launch(gemv_kernel<T, 4, 1, false, 1>, grid, 32, 0, st, c, xq, xm, y);
+        if (use_split(c, 4))
+            ls::pdl::launch(gemv_kernel<T, 4, 1, true, 1>, grid, 32, 0, st, c, xq, xm, y);
+        else
+            ls::pdl::launch(gemv_kernel<T, 4, 1, false, 1>, grid, 32, 0, st, c, xq, xm, y);
     }
 }
 template <class T>
@@ -924,20 +924,17 @@ void gemv_group_launch_w(cudaStream_t st, dim3 grid, const Group &g, const int8_
 }
 template <class T>
 void gemv_group_launch_1w(int v, cudaStream_t st, dim3 grid, const Group &g, const int8_t *xq, const Meta *xm) {
-    if constexpr (const_a16<T>) {
+    if constexpr (std::is_same<T, QMlx8>::value) {
         if (v != 1) {
             ls::pdl::launch(mmq_row1_group_kernel<T, 1>, grid, 32, 0, st, g, xq, xm);
             return;
         }
-        if constexpr (std::is_same<T, QMlx8>::value) {
-            bool split = true;
-            for (int i = 0; i < g.n; i++) split = split && use_split(g.c[i], 4);
-            if (split) {
-                ls::pdl::launch(gemv_group_kernel<T, 4, 1, true, 1>, grid, 32, 0, st, g, xq, xm);
-                return;
-            }
-        }
-        ls::pdl::launch(gemv_group_kernel<T, 4, 1, false, 1>, grid, 32, 0, st, g, xq, xm);
+        bool split = true;
+        for (int i = 0; i < g.n; i++) split = split && use_split(g.c[i], 4);
+        if (split)
+            ls::pdl::launch(gemv_group_kernel<T, 4, 1, true, 1>, grid, 32, 0, st, g, xq, xm);
+        else
+            ls::pdl::launch(gemv_group_kernel<T, 4, 1, false, 1>, grid, 32, 0, st, g, xq, xm);
     }
 }
 template <class T>
