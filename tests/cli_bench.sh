@@ -40,7 +40,7 @@ grep -q " step_host_us=" <<<"$out" && bad "step_host_us on the CPU backend (no r
 grep -q "must be 1..1" "$T_ERR" || bad "-p 1 -k 2: want the verify block refused by the batch size, got: $(cat "$T_ERR")"
 err=$("$CLI" bench --device cpu -m "$M" -d -1 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] && grep -q -- "-d expects" <<<"$err" || bad "-d -1: rc=$rc, $err"
-for v in 0 64 65 256 x; do
+for v in 0 64 65 448 x; do
   err=$("$CLI" bench --device cpu -m "$M" --ab-cuda-off "$v" 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] && grep -q -- "--ab-cuda-off expects" <<<"$err" || bad "--ab-cuda-off $v: rc=$rc, $err"
 done
