@@ -760,9 +760,10 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
             const int iters = M >= 64 ? 6 : 60;
             const char *gv = getenv("LS_BENCH_GEMV"); /* M = 1 under each one-row variant, e.g. "01" */
             const char *w1 = getenv("LS_BENCH_ROW1W"); /* M = 1 in blocks of 1 and 4 warps: "14" */
-            if (M == 1 && w1 && *pp != '3') {
-                for (const char *g = w1; *g; g++) {
-                    const int prev = ls_cuda_mmq_row1_warps(*g - '0');
+            /* M = 1 once per character of `list`, each under set(char - '0') (restored after) */
+            auto one_row = [&](const char *list, char tag, int (*set)(int)) {
+                for (const char *g = list; *g; g++) {
+                    const int prev = set(*g - '0');
                     for (int i = 0; i < NC; i++) ls_cuda_matmul(0, &ws[i], dx, 1, dy, scratch(), scratch_bytes());
                     CK(cudaEventRecord(e0));
                     for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, 1, dy, scratch(), scratch_bytes());
@@ -771,25 +772,13 @@ void bench_one(const char *label, ls_type t, int bits, int64_t N, int64_t K) {
                     float ms;
                     CK(cudaEventElapsedTime(&ms, e0, e1));
                     const double s = ms / 1e3 / iters;
-                    printf("  w%c %6.1f us %5.0f GB/s", *g, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
-                    ls_cuda_mmq_row1_warps(prev);
+                    printf("  %c%c %6.1f us %5.0f GB/s", tag, *g, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
+                    set(prev);
                 }
-                continue;
-            }
-            if (M == 1 && gv && *pp != '3') {
-                for (const char *g = gv; *g; g++) {
-                    const int prev = ls_cuda_mmq_gemv_variant(*g - '0');
-                    for (int i = 0; i < NC; i++) ls_cuda_matmul(0, &ws[i], dx, 1, dy, scratch(), scratch_bytes());
-                    CK(cudaEventRecord(e0));
-                    for (int i = 0; i < iters; i++) ls_cuda_matmul(0, &ws[i % NC], dx, 1, dy, scratch(), scratch_bytes());
-                    CK(cudaEventRecord(e1));
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    const double s = ms / 1e3 / iters;
-                    printf("  v%c %6.1f us %5.0f GB/s", *g, s * 1e6, (wbytes + 2 * sbbytes) / s / 1e9);
-                    ls_cuda_mmq_gemv_variant(prev);
-                }
+            };
+            if (M == 1 && (w1 || gv) && *pp != '3') {
+                if (w1) one_row(w1, 'w', ls_cuda_mmq_row1_warps);
+                else one_row(gv, 'v', ls_cuda_mmq_gemv_variant);
                 continue;
             }
             for (int i = 0; i < NC; i++)

@@ -400,7 +400,8 @@ def test_disconnect_during_prefill_frees_slot():
         prompt = prompt[: len(prompt) * 3 // 4]
         n_prompt = post("/tokenize", {"content": prompt})[2]["tokens"]
     t0 = time.time()
-    st, _, o = post("/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+    # a ~1000-token prefill: minutes under ASan on a loaded 2-core machine (timed out at 120 s there)
+    st, _, o = post("/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0}, timeout=900)
     full = time.time() - t0
     assert st == 200 and o["usage"]["prompt_tokens"] >= 1000, o["usage"]
     before = _metric("lockstep_requests_cancelled_total")

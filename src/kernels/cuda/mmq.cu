@@ -707,19 +707,25 @@ template <int RT>
 struct MinBlocks {
     static constexpr int v = RT <= 2 ? 3 : RT == 4 ? 2 : 1;
 };
+/* mmq_body with the weights' 16-byte alignment a constant where the type has that copy */
+template <class T, int RT, int NW = WARPS>
+__device__ __forceinline__ void mmq_body_a16(const Ctx &c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm,
+                                             float *__restrict__ y, int64_t m0, int nr, int KW, int64_t yb) {
+    if (const_a16<T> && c.a16) { /* const_a16 */
+        Ctx a = c;
+        a.a16 = 1;
+        mmq_body<T, RT, NW>(a, xq, xm, y, m0, nr, KW, yb);
+    } else {
+        mmq_body<T, RT, NW>(c, xq, xm, y, m0, nr, KW, yb);
+    }
+}
 template <class T, int RT>
 __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     mmq_kernel(const Ctx c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, float *__restrict__ y,
                int64_t M) {
     const int64_t m0 = (int64_t)blockIdx.x * RT;
     const int nr = (int)(M - m0 < RT ? M - m0 : RT);
-    if (const_a16<T> && c.a16) { /* const_a16 */
-        Ctx a = c;
-        a.a16 = 1;
-        mmq_body<T, RT>(a, xq, xm, y, m0, nr, c.kw, blockIdx.y);
-    } else {
-        mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, blockIdx.y);
-    }
+    mmq_body_a16<T, RT>(c, xq, xm, y, m0, nr, c.kw, blockIdx.y);
 }
 
 /* Up to GMAX weights of one type and width on the same activation rows (q / k / v, gate /
@@ -741,13 +747,7 @@ __global__ void __launch_bounds__(32 * WARPS, MinBlocks<RT>::v)
     ls::mmq::group_pick(g, yb, c, y);
     const int64_t m0 = (int64_t)blockIdx.x * RT;
     const int nr = (int)(M - m0 < RT ? M - m0 : RT);
-    if (const_a16<T> && c.a16) { /* const_a16 */
-        Ctx a = c;
-        a.a16 = 1;
-        mmq_body<T, RT>(a, xq, xm, y, m0, nr, c.kw, yb);
-    } else {
-        mmq_body<T, RT>(c, xq, xm, y, m0, nr, c.kw, yb);
-    }
+    mmq_body_a16<T, RT>(c, xq, xm, y, m0, nr, c.kw, yb);
 }
 
 /* The one-row kernels (gemv_body): variant 1 = 4 rows per warp, 0 = mmq_body's RT = 1
@@ -785,13 +785,7 @@ __global__ void __launch_bounds__(32 * NW) gemv_group_kernel(const Group g, cons
 template <class T, int NW>
 __global__ void __launch_bounds__(32 * NW, MinBlocks<1>::v * WARPS / NW)
     mmq_row1_kernel(const Ctx c, const int8_t *__restrict__ xq, const Meta *__restrict__ xm, float *__restrict__ y) {
-    if (const_a16<T> && c.a16) { /* const_a16 */
-        Ctx a = c;
-        a.a16 = 1;
-        mmq_body<T, 1, NW>(a, xq, xm, y, 0, 1, 1, blockIdx.y);
-    } else {
-        mmq_body<T, 1, NW>(c, xq, xm, y, 0, 1, 1, blockIdx.y);
-    }
+    mmq_body_a16<T, 1, NW>(c, xq, xm, y, 0, 1, 1, blockIdx.y); /* rows of one k-warp (row1_nw) */
 }
 template <class T, int NW>
 __global__ void __launch_bounds__(32 * NW, MinBlocks<1>::v * WARPS / NW)
@@ -800,13 +794,7 @@ __global__ void __launch_bounds__(32 * NW, MinBlocks<1>::v * WARPS / NW)
     Ctx c;
     float *y;
     ls::mmq::group_pick(g, yb, c, y);
-    if (const_a16<T> && c.a16) { /* const_a16 */
-        Ctx a = c;
-        a.a16 = 1;
-        mmq_body<T, 1, NW>(a, xq, xm, y, 0, 1, 1, yb);
-    } else {
-        mmq_body<T, 1, NW>(c, xq, xm, y, 0, 1, 1, yb);
-    }
+    mmq_body_a16<T, 1, NW>(c, xq, xm, y, 0, 1, 1, yb);
 }
 constexpr int GEMV_VARIANTS = 2;
 /* -1: the measured choice (gemv_default); 0, 1: that variant for every call */
