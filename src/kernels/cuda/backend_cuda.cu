@@ -31,8 +31,9 @@
  * are recorded, the next add_rmsnorm (where no recorded launch can still be merged with a
  * later op) first submits the ones before it as a graph of their own, so the GPU runs the
  * first layers while the host records the rest (a 31B decode step's ops take ~100 us of
- * host time, during which the GPU idled). With graphs off (ls_backend_graphs, read when an instance is created; the CLI's
- * --no-cuda-graphs or LOCKSTEP_CUDA_GRAPHS=0) ops are launched directly.
+ * host time, during which the GPU idled). With graphs off (ls_backend_graphs, read when an
+ * instance is created; the CLI's --no-cuda-graphs or LOCKSTEP_CUDA_GRAPHS=0) ops are
+ * launched directly.
  * Between step_begin and step_end no alloc, release, upload, download, sync, map or unmap
  * may happen (each aborts if tried).
  *
@@ -1063,14 +1064,8 @@ void cu_step_end(ls_backend *be) {
     c->op_seq++;
     if (!c->graphs) return;
     c->recording = false;
-    if (c->rec.empty()) {
-        if (c->seg_n > 0 && c->t_on && c->seg_replays) { /* (never: a segment ends before an op) */
-            QueueLock q;
-            LSC_CHECK(cudaEventRecord(c->t1, g_stream));
-            c->t_pending = true;
-        }
-        return;
-    }
+    /* never empty after a first segment: that one is cut before an op it leaves recorded */
+    if (c->rec.empty()) return;
     submit_segment(c, c->sig, true);
 }
 
