@@ -28,7 +28,9 @@ fi
 
 source "$HERE/server/serve_lib.sh"
 
-CTX=2048
+# LOCKSTEP_SERVER_TEST_CTX: the sanitizer run (scripts/test.sh) uses 1280, so the long-prompt
+# tests prefill ~1100 tokens (still several -b chunks) instead of ~1950.
+CTX=${LOCKSTEP_SERVER_TEST_CTX:-2048}
 serve_start 60 -m "$MODEL" --parallel 4 -c $CTX --timeout 120
 
 # curl, as a user would: raw SSE framing and error answers (status + OpenAI-style body).

@@ -441,10 +441,32 @@ static enum MHD_Result handle_detokenize(srv_server *s, struct MHD_Connection *c
     return send_json(s, c, 200, o, 0);
 }
 
-/* Streaming: hand MHD what the worker produced, waiting (bounded polls) for more. */
+/* A streaming response: its job and its connection. While the reader waits for the worker the
+ * silence is the server's (a prefill, a slow step), not the client's, so the connection's
+ * inactivity timeout (--timeout) is off during the wait and back on once there is something
+ * to send (libmicrohttpd counts it afresh when it goes from off to on): it bounds a client
+ * that stops reading, never a generation that takes long to produce its next bytes. Before,
+ * a stream whose prompt took longer than --timeout to prefill lost its connection with no
+ * body at all (docs/server_http.md, point 4). */
+typedef struct {
+    srv_job *j;
+    struct MHD_Connection *c;
+    unsigned timeout_s;
+    bool waiting; /* the inactivity timeout is off */
+} stream_ctx;
+
+static void stream_timeout(stream_ctx *sc, bool waiting) {
+    if (sc->waiting == waiting) return;
+    sc->waiting = waiting;
+    MHD_set_connection_option(sc->c, MHD_CONNECTION_OPTION_TIMEOUT, waiting ? 0u : sc->timeout_s);
+}
+
+/* Streaming: hand MHD what the worker produced, waiting (bounded polls) for more. Runs on the
+ * connection's own thread (one per connection), where its options may be changed. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
-    srv_job *j = cls;
+    stream_ctx *sc = cls;
+    srv_job *j = sc->j;
     pthread_mutex_lock(&j->mu);
     for (;;) {
         if (j->out_read < j->out_len) {
@@ -453,11 +475,19 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             memcpy(buf, j->out + j->out_read, n);
             j->out_read += n;
             pthread_mutex_unlock(&j->mu);
+            stream_timeout(sc, false);
             return (ssize_t)n;
         }
         if (j->done) {
             pthread_mutex_unlock(&j->mu);
+            stream_timeout(sc, false);
             return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (!sc->waiting) {
+            pthread_mutex_unlock(&j->mu);
+            stream_timeout(sc, true);
+            pthread_mutex_lock(&j->mu);
+            continue;
         }
         timed_wait(&j->cv, &j->mu, 100);
         if (j->out_read == j->out_len && !j->done && peer_closed(j->fd)) {
@@ -469,11 +499,40 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 }
 
 static void stream_free(void *cls) {
-    srv_job *j = cls;
+    stream_ctx *sc = cls;
+    srv_job *j = sc->j;
     pthread_mutex_lock(&j->mu);
     if (!j->done) j->cancel = true; /* the client went away: the worker stops at its next token */
     pthread_mutex_unlock(&j->mu);
     srv_job_release(j);
+    free(sc);
+}
+
+/* The 200 response of a submitted streaming job: the reader hands over what the worker writes.
+ * On failure the job is cancelled (the worker drops it at its next token) and released. */
+static enum MHD_Result queue_stream(srv_server *s, struct MHD_Connection *c, srv_job *j) {
+    stream_ctx *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+        pthread_mutex_lock(&j->mu);
+        j->cancel = true;
+        pthread_mutex_unlock(&j->mu);
+        srv_job_release(j);
+        return MHD_NO;
+    }
+    *sc = (stream_ctx){.j = j, .c = c, .timeout_s = (unsigned)s->cfg.timeout_s};
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, sc, stream_free);
+    if (!r) {
+        stream_free(sc);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    if (t_conn.c == c) t_conn.responded = true;
+    count_status(s, 200);
+    return rc;
 }
 
 /* Whether the request fits the slot's context: NULL when it does, else the parameter to
@@ -550,21 +609,7 @@ static enum MHD_Result handle_generate(srv_server *s, struct MHD_Connection *c, 
                                     NULL, "server_busy")
                        : send_error(s, c, 503, "the server is shutting down", NULL, "shutting_down");
     }
-    if (j->req.stream) {
-        struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, j, stream_free);
-        if (!r) {
-            stream_free(j);
-            return MHD_NO;
-        }
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        enum MHD_Result rc = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        if (t_conn.c == c) t_conn.responded = true;
-        count_status(s, 200);
-        return rc;
-    }
+    if (j->req.stream) return queue_stream(s, c, j);
     /* Non-streaming: wait for the worker, watching for the client going away. */
     pthread_mutex_lock(&j->mu);
     while (!j->done) {

@@ -256,15 +256,19 @@ static void stream_text(gen_ctx *g, size_t before, const char *finish, bool fina
     srv_job_out_json(j, c);
 }
 
-/* The text callback: stop sequences, cancellation (client gone, shutdown), deadline. */
+/* The text callback: stop sequences, cancellation (client gone, shutdown), deadline. A token
+ * that reaches here was computed and is counted in usage.completion_tokens, so when a response
+ * is still delivered (deadline, shutdown drain) its text joins it and generation then stops; only
+ * a request whose client went away drops it (nobody reads that response). */
 static bool on_text(const char *text, size_t len, void *ud) {
     gen_ctx *g = ud;
     srv_job *j = g->j;
     pthread_mutex_lock(&j->mu);
-    bool go = !j->cancel && !atomic_load(&g->s->abort_gen);
-    if (go && srv_now_ms() > j->deadline_ms) {
+    bool go = !j->cancel;
+    bool last = atomic_load(&g->s->abort_gen);
+    if (go && !last && srv_now_ms() > j->deadline_ms) {
         j->timed_out = true;
-        go = false;
+        last = true;
     }
     if (go) {
         size_t before = j->text.sent;
@@ -278,11 +282,11 @@ static bool on_text(const char *text, size_t len, void *ud) {
                 stream_text(g, from, NULL, false);
                 pthread_cond_broadcast(&j->cv);
             }
-            if (j->text.hit || srv_tools_call_done(j, text, len)) go = false;
+            if (last || j->text.hit || srv_tools_call_done(j, text, len)) go = false;
         }
     } else {
-        /* Refused (cancelled, shutdown, deadline): this text is not in the response, nor are
-         * the logprobs of the tokens it came from. */
+        /* Refused (the client went away): this text is not in the response, nor are the
+         * logprobs of the tokens it came from. */
         while (j->n_lp > j->lp_sent && j->lp[j->n_lp - 1].off >= j->text.len) j->n_lp--;
     }
     pthread_mutex_unlock(&j->mu);
