@@ -27,6 +27,7 @@ URL = os.environ.get("LOCKSTEP_SERVER_URL", "")
 CLI = os.environ.get("LOCKSTEP_CLI", "")
 MODEL = os.environ.get("LOCKSTEP_MODEL", "")
 CTX = int(os.environ.get("LOCKSTEP_SERVER_CTX", "2048"))
+LONG_GEN = min(1500, CTX - 64)  # max_tokens of a generation that runs until the test ends it
 
 pytestmark = pytest.mark.skipif(not URL, reason="LOCKSTEP_SERVER_URL not set (run tests/cli_server.sh)")
 
@@ -538,7 +539,7 @@ def _open_stream(base, body, headers=None):
 def test_client_disconnect_frees_slot():
     wait_idle(URL)
     before = int(re.search(r"^lockstep_requests_cancelled_total (\d+)", get("/metrics")[2], re.M).group(1))
-    s, buf = _open_stream(URL, {"prompt": STORY, "max_tokens": 1500, "stream": True, "temperature": 0.9,
+    s, buf = _open_stream(URL, {"prompt": STORY, "max_tokens": LONG_GEN, "stream": True, "temperature": 0.9,
                                 "seed": 9})
     assert buf.startswith(b"HTTP/1.1 200")
     st, _, h = get("/health")
@@ -660,7 +661,7 @@ def test_queue_full_503(key_server):
 
 def test_sigterm_cancels_and_exits_zero(key_server):
     base = key_server.url
-    s, buf = _open_stream(base, {"prompt": STORY, "max_tokens": 1500, "stream": True},
+    s, buf = _open_stream(base, {"prompt": STORY, "max_tokens": LONG_GEN, "stream": True},
                           {"Authorization": "Bearer s3cret"})
     assert buf.startswith(b"HTTP/1.1 200")
     t0 = time.time()
