@@ -68,6 +68,15 @@ static void count_status(srv_server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Queue response r (and drop our reference): the connection has its answer, /metrics counts it. */
+static enum MHD_Result queue_counted(srv_server *s, struct MHD_Connection *c, int status, struct MHD_Response *r) {
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    if (t_conn.c == c) t_conn.responded = true;
+    count_status(s, status);
+    return rc;
+}
+
 /* `close`: the connection is closed after this response (framing errors: what follows the
  * headers cannot be trusted to be a body or a next request). */
 static enum MHD_Result send_text(srv_server *s, struct MHD_Connection *c, int status, const char *ctype,
@@ -82,11 +91,7 @@ static enum MHD_Result send_text(srv_server *s, struct MHD_Connection *c, int st
     }
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (close) MHD_add_response_header(r, "Connection", "close");
-    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    if (t_conn.c == c) t_conn.responded = true;
-    count_status(s, status);
-    return rc;
+    return queue_counted(s, c, status, r);
 }
 
 static enum MHD_Result send_json(srv_server *s, struct MHD_Connection *c, int status, cJSON *o, int retry_after) {
@@ -282,11 +287,7 @@ static enum MHD_Result send_asset(srv_server *s, struct MHD_Connection *c, const
     MHD_add_response_header(r, "X-Frame-Options", "DENY");
     MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
-    enum MHD_Result rc = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    if (t_conn.c == c) t_conn.responded = true;
-    count_status(s, 200);
-    return rc;
+    return queue_counted(s, c, 200, r);
 }
 
 static enum MHD_Result handle_models(srv_server *s, struct MHD_Connection *c) {
@@ -528,11 +529,7 @@ static enum MHD_Result queue_stream(srv_server *s, struct MHD_Connection *c, srv
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
-    enum MHD_Result rc = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    if (t_conn.c == c) t_conn.responded = true;
-    count_status(s, 200);
-    return rc;
+    return queue_counted(s, c, 200, r);
 }
 
 /* Whether the request fits the slot's context: NULL when it does, else the parameter to
